@@ -1,0 +1,409 @@
+"""The OmniMessage schema (SPEC §2).
+
+Owns: the envelope and every payload as ``msgspec.Struct``s, with wire field names and key order
+exactly as SPEC §2 fixes them.  Does not: decode or encode lines (``_codec``), build messages
+(``builders``) or know anything of the engine.
+
+Key order on the wire is the field order below: msgspec writes a tagged struct's ``type`` first and
+then its fields in definition order, skipping fields that still hold their default
+(``omit_defaults``).  Every payload may carry ``extra``: keys this version does not know, kept so
+that a trace written by a newer writer round-trips (R-MSG-7).  It is never set by builders.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal, TypeAlias
+
+import msgspec
+
+__all__ = [
+    "EVENT_PAYLOAD_TYPES",
+    "MODEL_PAYLOAD_TYPES",
+    "PARTIAL_PAYLOAD_TYPES",
+    "AbortPayload",
+    "ApprovalDecisionPayload",
+    "Approval",
+    "CompactionBeginPayload",
+    "CompactionEndPayload",
+    "CompactionMode",
+    "CompactionReason",
+    "EventPayload",
+    "EventType",
+    "GoalFinishedPayload",
+    "ImageUrlPayload",
+    "InlineDataPayload",
+    "InlineThinkingPayload",
+    "McpConnectBeginPayload",
+    "McpConnectEndPayload",
+    "ModelPayload",
+    "OmniMessage",
+    "PartialTextPayload",
+    "PartialThinkingPayload",
+    "PartialToolCallOutputPayload",
+    "PartialToolCallPayload",
+    "Payload",
+    "RequestBeginPayload",
+    "RequestEndPayload",
+    "Role",
+    "Sender",
+    "SessionMetaPayload",
+    "StopReason",
+    "SubagentPayload",
+    "TextPayload",
+    "ThinkingPayload",
+    "TokenCounts",
+    "TokenUsagePayload",
+    "ToolCallOutputPayload",
+    "ToolCallPayload",
+    "ToolDefinition",
+    "ToolListReadyPayload",
+    "UnknownPayload",
+]
+
+StopReason: TypeAlias = Literal["completed", "failed", "aborted", "timeout", "malformed", "auth"]
+Role: TypeAlias = Literal["user", "assistant"]
+Sender: TypeAlias = Literal["user", "parent_agent", "harness", "server"]
+EventType: TypeAlias = Literal["start", "delta", "stop"]
+Approval: TypeAlias = Literal["allow", "deny", "forbidden"]
+CompactionReason: TypeAlias = Literal["context", "turns", "manual"]
+CompactionMode: TypeAlias = Literal["summarize", "discard"]
+Extra: TypeAlias = "dict[str, Any] | None"
+
+# The wire name of the side field that holds unknown keys.  No writer produces a key by that
+# name; a payload that has one anyway takes the slow path in the codec and keeps it as an extra.
+EXTRA_WIRE_NAME: Final = "$extra"
+
+
+def _empty_to_none(obj: Any, name: str) -> None:
+    value = getattr(obj, name)
+    if value is not None and not value:
+        msgspec.structs.force_setattr(obj, name, None)
+
+
+class _Payload(
+    msgspec.Struct,
+    frozen=True,
+    omit_defaults=True,
+    forbid_unknown_fields=True,
+    kw_only=True,
+    tag_field="type",
+):
+    extra: dict[str, Any] | None = msgspec.field(default=None, name=EXTRA_WIRE_NAME)
+
+
+# --------------------------------------------------------------------------- complete model_msg
+
+
+class TextPayload(_Payload, tag="text", kw_only=True):
+    role: Role
+    text: str
+    stop_reason: StopReason | None = None
+    fidelity: dict[str, Any] | None = None
+    sender: Sender | None = None
+
+    def __post_init__(self) -> None:
+        _empty_to_none(self, "fidelity")
+
+
+class ImageUrlPayload(_Payload, tag="image_url", kw_only=True):
+    role: Role
+    image_url: str
+    stop_reason: StopReason | None = None
+
+
+class InlineDataPayload(_Payload, tag="inline_data", kw_only=True):
+    role: Role
+    data: str
+    mime_type: str
+    stop_reason: StopReason | None = None
+    fidelity: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        _empty_to_none(self, "fidelity")
+
+
+class ThinkingPayload(_Payload, tag="thinking", kw_only=True):
+    role: Role
+    thinking: str
+    stop_reason: StopReason | None = None
+    fidelity: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        _empty_to_none(self, "fidelity")
+
+
+class InlineThinkingPayload(_Payload, tag="inline_thinking", kw_only=True):
+    role: Role
+    data: str
+    mime_type: str
+    stop_reason: StopReason | None = None
+    fidelity: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        _empty_to_none(self, "fidelity")
+
+
+class ToolCallPayload(_Payload, tag="tool_call", kw_only=True):
+    role: Role
+    name: str
+    arguments: str
+    tool_call_id: str
+    stop_reason: StopReason | None = None
+    fidelity: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        _empty_to_none(self, "fidelity")
+
+
+class ToolCallOutputPayload(_Payload, tag="tool_call_output", kw_only=True):
+    role: Role
+    output: str
+    images: list[str] | None = None
+    tool_call_id: str
+    stop_reason: StopReason | None = None
+
+
+# --------------------------------------------------------------------------- partial model_msg
+
+
+class PartialTextPayload(_Payload, tag="partial_text", kw_only=True):
+    role: Role
+    event_type: EventType
+    text: str
+    stop_reason: StopReason | None = None
+
+
+class PartialThinkingPayload(_Payload, tag="partial_thinking", kw_only=True):
+    role: Role
+    event_type: EventType
+    thinking: str
+    stop_reason: StopReason | None = None
+
+
+class PartialToolCallPayload(_Payload, tag="partial_tool_call", kw_only=True):
+    role: Role
+    event_type: EventType
+    name: str
+    arguments: str
+    tool_call_id: str
+    stop_reason: StopReason | None = None
+
+
+class PartialToolCallOutputPayload(_Payload, tag="partial_tool_call_output", kw_only=True):
+    role: Role
+    event_type: EventType
+    output: str
+    images: list[str] | None = None
+    tool_call_id: str
+    stop_reason: StopReason | None = None
+
+
+# --------------------------------------------------------------------------- event_msg
+
+
+class TokenCounts(msgspec.Struct, frozen=True):
+    """R-MSG-17: cached input, uncached input, output, and their sum."""
+
+    cache_read: int = 0
+    cache_write: int = 0
+    output: int = 0
+    total: int = 0
+
+    def __add__(self, other: TokenCounts) -> TokenCounts:
+        return TokenCounts(
+            self.cache_read + other.cache_read,
+            self.cache_write + other.cache_write,
+            self.output + other.output,
+            self.total + other.total,
+        )
+
+
+class ToolDefinition(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """R-MSG-21: what the model is told about one tool."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any] | None = None
+
+
+class RequestBeginPayload(_Payload, tag="request_begin", kw_only=True):
+    pass
+
+
+class RequestEndPayload(_Payload, tag="request_end", kw_only=True):
+    status: StopReason
+    error_message: str | None = None
+    attempt: int | None = None
+    retry_in_ms: int | None = None
+
+
+class TokenUsagePayload(_Payload, tag="token_usage", kw_only=True):
+    session: TokenCounts
+    request: TokenCounts
+
+
+class ApprovalDecisionPayload(_Payload, tag="approval_decision", kw_only=True):
+    decision: Approval
+    tool_call_id: str
+
+
+class AbortPayload(_Payload, tag="abort", kw_only=True):
+    # No default: R-MSG-5 requires `reason` on the wire even when it is null.
+    reason: str | None
+
+
+class CompactionBeginPayload(_Payload, tag="compaction_begin", kw_only=True):
+    reason: CompactionReason
+    mode: CompactionMode
+    context: int
+    turns: int
+
+
+class CompactionEndPayload(_Payload, tag="compaction_end", kw_only=True):
+    reason: CompactionReason
+    mode: CompactionMode
+    status: StopReason
+    attempt: int | None = None
+    error_message: str | None = None
+
+
+class ToolListReadyPayload(_Payload, tag="tool_list_ready", kw_only=True):
+    tools: list[ToolDefinition]
+
+
+class SubagentPayload(_Payload, tag="subagent", kw_only=True):
+    session_id: str
+
+
+class McpConnectBeginPayload(_Payload, tag="mcp_connect_begin", kw_only=True):
+    servers: list[str]
+
+
+class McpConnectEndPayload(_Payload, tag="mcp_connect_end", kw_only=True):
+    status: Literal["completed", "failed", "aborted"]
+    # Each result is kept as the object it is on the wire (R-MSG-23); the engine never reads them.
+    results: list[dict[str, Any]]
+
+
+class GoalFinishedPayload(_Payload, tag="goal_finished", kw_only=True):
+    outcome: Literal["complete", "blocked", "budget_limited", "aborted"]
+    rounds: int
+    tokens_used: int
+
+
+# --------------------------------------------------------------------------- session_meta, unknown
+
+
+class SessionMetaPayload(
+    msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True, kw_only=True
+):
+    """SPEC §2.2.  Has no ``type`` key on the wire."""
+
+    session_id: str
+    provider: str
+    model_id: str
+    model_context_window: int | str
+    system_prompt: str
+    agent_state: str
+    workspace: str
+    source: Literal["subagent", "schedule"] | None = None
+    extra: dict[str, Any] | None = msgspec.field(default=None, name=EXTRA_WIRE_NAME)
+
+
+class UnknownPayload(msgspec.Struct, frozen=True):
+    """A payload this version cannot type: an unknown ``type``, or a known one whose fields do
+    not fit the schema.  ``raw`` is the JSON object as read and is written back unchanged."""
+
+    raw: dict[str, Any]
+
+    @property
+    def type(self) -> str | None:
+        t = self.raw.get("type")
+        return t if isinstance(t, str) else None
+
+    @property
+    def extra(self) -> None:
+        return None
+
+
+ModelPayload: TypeAlias = (
+    TextPayload
+    | ImageUrlPayload
+    | InlineDataPayload
+    | ThinkingPayload
+    | InlineThinkingPayload
+    | ToolCallPayload
+    | ToolCallOutputPayload
+    | PartialTextPayload
+    | PartialThinkingPayload
+    | PartialToolCallPayload
+    | PartialToolCallOutputPayload
+)
+EventPayload: TypeAlias = (
+    RequestBeginPayload
+    | RequestEndPayload
+    | TokenUsagePayload
+    | ApprovalDecisionPayload
+    | AbortPayload
+    | CompactionBeginPayload
+    | CompactionEndPayload
+    | ToolListReadyPayload
+    | SubagentPayload
+    | McpConnectBeginPayload
+    | McpConnectEndPayload
+    | GoalFinishedPayload
+)
+Payload: TypeAlias = ModelPayload | EventPayload | SessionMetaPayload | UnknownPayload
+
+MODEL_PAYLOAD_TYPES: Final[tuple[type[_Payload], ...]] = (
+    TextPayload,
+    ImageUrlPayload,
+    InlineDataPayload,
+    ThinkingPayload,
+    InlineThinkingPayload,
+    ToolCallPayload,
+    ToolCallOutputPayload,
+    PartialTextPayload,
+    PartialThinkingPayload,
+    PartialToolCallPayload,
+    PartialToolCallOutputPayload,
+)
+PARTIAL_PAYLOAD_TYPES: Final[tuple[type[_Payload], ...]] = (
+    PartialTextPayload,
+    PartialThinkingPayload,
+    PartialToolCallPayload,
+    PartialToolCallOutputPayload,
+)
+EVENT_PAYLOAD_TYPES: Final[tuple[type[_Payload], ...]] = (
+    RequestBeginPayload,
+    RequestEndPayload,
+    TokenUsagePayload,
+    ApprovalDecisionPayload,
+    AbortPayload,
+    CompactionBeginPayload,
+    CompactionEndPayload,
+    ToolListReadyPayload,
+    SubagentPayload,
+    McpConnectBeginPayload,
+    McpConnectEndPayload,
+    GoalFinishedPayload,
+)
+
+
+class OmniMessage(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The envelope (R-MSG-1): ``timestamp``, ``type``, ``payload`` and optional ``origin``.
+
+    ``type`` is kept as a string so that a record with an envelope type this version does not
+    know survives a round trip (R-READ-4); its payload is then an ``UnknownPayload``.
+    """
+
+    timestamp: str
+    type: str
+    payload: Payload
+    origin: list[str] | None = None
+    # Envelope keys this version does not know (see the module docstring).
+    extra: dict[str, Any] | None = msgspec.field(default=None, name=EXTRA_WIRE_NAME)
+
+    @property
+    def is_partial(self) -> bool:
+        return isinstance(self.payload, PARTIAL_PAYLOAD_TYPES)

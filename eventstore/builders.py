@@ -1,0 +1,444 @@
+"""Builders and guards for OmniMessages.
+
+Owns: constructing well-formed records (timestamp stamped at construction, ``stop_reason``
+stamped on every model message, R-MSG-14) and the small predicates everyone needs.  Does not:
+encode, write or interpret records.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+from ._schema import (
+    PARTIAL_PAYLOAD_TYPES,
+    AbortPayload,
+    Approval,
+    ApprovalDecisionPayload,
+    CompactionBeginPayload,
+    CompactionEndPayload,
+    CompactionMode,
+    CompactionReason,
+    EventType,
+    ImageUrlPayload,
+    InlineDataPayload,
+    OmniMessage,
+    PartialTextPayload,
+    PartialThinkingPayload,
+    PartialToolCallOutputPayload,
+    PartialToolCallPayload,
+    RequestBeginPayload,
+    RequestEndPayload,
+    Sender,
+    SessionMetaPayload,
+    StopReason,
+    SubagentPayload,
+    TextPayload,
+    ThinkingPayload,
+    TokenCounts,
+    TokenUsagePayload,
+    ToolCallOutputPayload,
+    ToolCallPayload,
+    ToolDefinition,
+    ToolListReadyPayload,
+)
+
+__all__ = [
+    "abort",
+    "approval_decision",
+    "assistant_text",
+    "compaction_begin",
+    "compaction_end",
+    "image_url",
+    "inline_data",
+    "is_event",
+    "is_model_msg",
+    "is_partial",
+    "is_recordable",
+    "now_iso",
+    "partial_text",
+    "partial_thinking",
+    "partial_tool_call",
+    "partial_tool_call_output",
+    "request_begin",
+    "request_end",
+    "session_meta",
+    "stop_reason_of",
+    "subagent",
+    "text",
+    "thinking",
+    "token_usage",
+    "tool_call",
+    "tool_call_output",
+    "tool_list_ready",
+    "user_text",
+]
+
+
+def now_iso() -> str:
+    """The current UTC time as ``2026-07-18T03:10:22.531Z`` (R-MSG-2)."""
+    t = time.time()
+    secs = int(t)
+    tm = time.gmtime(secs)
+    ms = int((t - secs) * 1000)
+    return (
+        f"{tm.tm_year:04d}-{tm.tm_mon:02d}-{tm.tm_mday:02d}T"
+        f"{tm.tm_hour:02d}:{tm.tm_min:02d}:{tm.tm_sec:02d}.{ms:03d}Z"
+    )
+
+
+def _model(payload: Any, timestamp: str | None, origin: list[str] | None = None) -> OmniMessage:
+    return OmniMessage(timestamp or now_iso(), "model_msg", payload, origin or None)
+
+
+def _event(payload: Any, timestamp: str | None) -> OmniMessage:
+    return OmniMessage(timestamp or now_iso(), "event_msg", payload)
+
+
+def _fidelity(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    # R-MSG-13: an empty object is treated as absent.
+    return dict(value) if value else None
+
+
+# --------------------------------------------------------------------------- model messages
+
+
+def text(
+    role: Literal["user", "assistant"],
+    body: str,
+    *,
+    stop_reason: StopReason = "completed",
+    fidelity: Mapping[str, Any] | None = None,
+    sender: Sender | None = None,
+    timestamp: str | None = None,
+) -> OmniMessage:
+    # R-MSG-12: "user" is the default sender and is never written explicitly.
+    if sender == "user":
+        sender = None
+    return _model(
+        TextPayload(
+            role=role,
+            text=body,
+            stop_reason=stop_reason,
+            fidelity=_fidelity(fidelity),
+            sender=sender,
+        ),
+        timestamp,
+    )
+
+
+def user_text(
+    body: str, *, sender: Sender | None = None, timestamp: str | None = None
+) -> OmniMessage:
+    return text("user", body, sender=sender, timestamp=timestamp)
+
+
+def assistant_text(
+    body: str,
+    *,
+    stop_reason: StopReason = "completed",
+    fidelity: Mapping[str, Any] | None = None,
+    timestamp: str | None = None,
+) -> OmniMessage:
+    return text("assistant", body, stop_reason=stop_reason, fidelity=fidelity, timestamp=timestamp)
+
+
+def thinking(
+    body: str,
+    *,
+    stop_reason: StopReason = "completed",
+    fidelity: Mapping[str, Any] | None = None,
+    timestamp: str | None = None,
+) -> OmniMessage:
+    return _model(
+        ThinkingPayload(
+            role="assistant", thinking=body, stop_reason=stop_reason, fidelity=_fidelity(fidelity)
+        ),
+        timestamp,
+    )
+
+
+def image_url(url: str, *, timestamp: str | None = None) -> OmniMessage:
+    return _model(ImageUrlPayload(role="user", image_url=url, stop_reason="completed"), timestamp)
+
+
+def inline_data(
+    data: str,
+    mime_type: str,
+    *,
+    role: Literal["user", "assistant"] = "user",
+    timestamp: str | None = None,
+) -> OmniMessage:
+    return _model(
+        InlineDataPayload(role=role, data=data, mime_type=mime_type, stop_reason="completed"),
+        timestamp,
+    )
+
+
+def _arguments(arguments: str | Mapping[str, Any]) -> str:
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(dict(arguments), separators=(",", ":"), ensure_ascii=False)
+
+
+def tool_call(
+    name: str,
+    arguments: str | Mapping[str, Any],
+    tool_call_id: str,
+    *,
+    stop_reason: StopReason = "completed",
+    fidelity: Mapping[str, Any] | None = None,
+    timestamp: str | None = None,
+) -> OmniMessage:
+    """R-MSG-9: ``arguments`` is stored as a JSON string; a mapping is serialized compactly."""
+    return _model(
+        ToolCallPayload(
+            role="assistant",
+            name=name,
+            arguments=_arguments(arguments),
+            tool_call_id=tool_call_id,
+            stop_reason=stop_reason,
+            fidelity=_fidelity(fidelity),
+        ),
+        timestamp,
+    )
+
+
+def tool_call_output(
+    tool_call_id: str,
+    output: str,
+    *,
+    stop_reason: StopReason = "completed",
+    images: Iterable[str] | None = None,
+    timestamp: str | None = None,
+    origin: list[str] | None = None,
+) -> OmniMessage:
+    imgs = list(images) if images else None
+    return _model(
+        ToolCallOutputPayload(
+            role="user",
+            output=output,
+            images=imgs,
+            tool_call_id=tool_call_id,
+            stop_reason=stop_reason,
+        ),
+        timestamp,
+        origin,
+    )
+
+
+# --------------------------------------------------------------------------- partials
+
+
+def partial_text(
+    event_type: EventType,
+    body: str = "",
+    *,
+    stop_reason: StopReason = "completed",
+    timestamp: str | None = None,
+) -> OmniMessage:
+    return _model(
+        PartialTextPayload(
+            role="assistant", event_type=event_type, text=body, stop_reason=stop_reason
+        ),
+        timestamp,
+    )
+
+
+def partial_thinking(
+    event_type: EventType,
+    body: str = "",
+    *,
+    stop_reason: StopReason = "completed",
+    timestamp: str | None = None,
+) -> OmniMessage:
+    return _model(
+        PartialThinkingPayload(
+            role="assistant", event_type=event_type, thinking=body, stop_reason=stop_reason
+        ),
+        timestamp,
+    )
+
+
+def partial_tool_call(
+    event_type: EventType,
+    tool_call_id: str,
+    *,
+    name: str = "",
+    arguments: str = "",
+    stop_reason: StopReason = "completed",
+    timestamp: str | None = None,
+) -> OmniMessage:
+    return _model(
+        PartialToolCallPayload(
+            role="assistant",
+            event_type=event_type,
+            name=name,
+            arguments=arguments,
+            tool_call_id=tool_call_id,
+            stop_reason=stop_reason,
+        ),
+        timestamp,
+    )
+
+
+def partial_tool_call_output(
+    event_type: EventType,
+    tool_call_id: str,
+    output: str = "",
+    *,
+    images: Iterable[str] | None = None,
+    stop_reason: StopReason = "completed",
+    timestamp: str | None = None,
+) -> OmniMessage:
+    imgs = list(images) if images else None
+    return _model(
+        PartialToolCallOutputPayload(
+            role="user",
+            event_type=event_type,
+            output=output,
+            images=imgs,
+            tool_call_id=tool_call_id,
+            stop_reason=stop_reason,
+        ),
+        timestamp,
+    )
+
+
+# --------------------------------------------------------------------------- events
+
+
+def request_begin(*, timestamp: str | None = None) -> OmniMessage:
+    return _event(RequestBeginPayload(), timestamp)
+
+
+def request_end(
+    status: StopReason,
+    *,
+    error_message: str | None = None,
+    attempt: int | None = None,
+    retry_in_ms: int | None = None,
+    timestamp: str | None = None,
+) -> OmniMessage:
+    return _event(
+        RequestEndPayload(
+            status=status, error_message=error_message, attempt=attempt, retry_in_ms=retry_in_ms
+        ),
+        timestamp,
+    )
+
+
+def token_usage(
+    request: TokenCounts,
+    session: TokenCounts | None = None,
+    *,
+    timestamp: str | None = None,
+) -> OmniMessage:
+    """``session`` defaults to ``request``; the engine restamps it (R-RUN-10)."""
+    return _event(TokenUsagePayload(session=session or request, request=request), timestamp)
+
+
+def approval_decision(
+    decision: Approval, tool_call_id: str, *, timestamp: str | None = None
+) -> OmniMessage:
+    return _event(ApprovalDecisionPayload(decision=decision, tool_call_id=tool_call_id), timestamp)
+
+
+def abort(reason: str | None = None, *, timestamp: str | None = None) -> OmniMessage:
+    return _event(AbortPayload(reason=reason), timestamp)
+
+
+def compaction_begin(
+    reason: CompactionReason,
+    mode: CompactionMode,
+    *,
+    context: int,
+    turns: int,
+    timestamp: str | None = None,
+) -> OmniMessage:
+    return _event(
+        CompactionBeginPayload(reason=reason, mode=mode, context=context, turns=turns), timestamp
+    )
+
+
+def compaction_end(
+    reason: CompactionReason,
+    mode: CompactionMode,
+    status: StopReason,
+    *,
+    attempt: int | None = None,
+    error_message: str | None = None,
+    timestamp: str | None = None,
+) -> OmniMessage:
+    return _event(
+        CompactionEndPayload(
+            reason=reason, mode=mode, status=status, attempt=attempt, error_message=error_message
+        ),
+        timestamp,
+    )
+
+
+def tool_list_ready(
+    tools: Iterable[ToolDefinition], *, timestamp: str | None = None
+) -> OmniMessage:
+    return _event(ToolListReadyPayload(tools=list(tools)), timestamp)
+
+
+def subagent(session_id: str, *, timestamp: str | None = None) -> OmniMessage:
+    return _event(SubagentPayload(session_id=session_id), timestamp)
+
+
+def session_meta(
+    *,
+    session_id: str,
+    provider: str,
+    model_id: str,
+    model_context_window: int | str,
+    system_prompt: str,
+    agent_state: str,
+    workspace: str,
+    source: Literal["subagent", "schedule"] | None = None,
+    timestamp: str | None = None,
+) -> OmniMessage:
+    return OmniMessage(
+        timestamp or now_iso(),
+        "session_meta",
+        SessionMetaPayload(
+            session_id=session_id,
+            provider=provider,
+            model_id=model_id,
+            model_context_window=model_context_window,
+            system_prompt=system_prompt,
+            agent_state=agent_state,
+            workspace=workspace,
+            source=source,
+        ),
+    )
+
+
+# --------------------------------------------------------------------------- guards
+
+
+def is_partial(msg: OmniMessage) -> bool:
+    return isinstance(msg.payload, PARTIAL_PAYLOAD_TYPES)
+
+
+def is_model_msg(msg: OmniMessage) -> bool:
+    return msg.type == "model_msg"
+
+
+def is_event(msg: OmniMessage) -> bool:
+    return msg.type == "event_msg"
+
+
+def is_recordable(msg: OmniMessage) -> bool:
+    """R-TRACE-2: partials and origin-tagged messages are never written."""
+    return msg.origin is None and not isinstance(msg.payload, PARTIAL_PAYLOAD_TYPES)
+
+
+def stop_reason_of(msg: OmniMessage) -> StopReason:
+    """R-MSG-14: an absent ``stop_reason`` reads as ``completed``."""
+    value: StopReason | None = getattr(msg.payload, "stop_reason", None)
+    return value or "completed"
