@@ -1,0 +1,52 @@
+"""The engine: the agent loop over the trace (SPEC §5–§12).
+
+``Session`` drives Tasks against an ``LLM`` and an ``Environment``; every record goes through
+the trace writer and is folded into the projections, which are the session's only state.
+"""
+
+from __future__ import annotations
+
+from eventstore import ToolDefinition
+
+from ._config import CompactionSettings, RetryPolicy
+from ._exceptions import EngineError, SessionBroken, SessionBusy
+from ._local import LocalEnvironment, ToolContext
+from ._protocols import (
+    LLM,
+    Approval,
+    ApproveFn,
+    Environment,
+    LLMOutcome,
+    LLMRequest,
+    allow_all,
+    deny_all,
+)
+from ._session import Compactability, Session
+from ._signal import AbortSignal
+from ._tools import Tool, ToolError, ToolResult, builtin_tools
+
+__all__ = [
+    "LLM",
+    "AbortSignal",
+    "Approval",
+    "ApproveFn",
+    "Compactability",
+    "CompactionSettings",
+    "EngineError",
+    "Environment",
+    "LLMOutcome",
+    "LLMRequest",
+    "LocalEnvironment",
+    "RetryPolicy",
+    "Session",
+    "SessionBroken",
+    "SessionBusy",
+    "Tool",
+    "ToolContext",
+    "ToolDefinition",
+    "ToolError",
+    "ToolResult",
+    "allow_all",
+    "builtin_tools",
+    "deny_all",
+]

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import anyio
 import anyio.lowlevel
 
-__all__ = ["AbortSignal"]
+__all__ = ["AbortSignal", "make_waker"]
 
 
 class AbortSignal:
@@ -76,14 +76,14 @@ class AbortSignal:
         if self._aborted:
             return
         event = anyio.Event()
-        remove = self.add_callback(_waker(event))
+        remove = self.add_callback(make_waker(event))
         try:
             await event.wait()
         finally:
             remove()
 
 
-def _waker(event: anyio.Event) -> Callable[[], None]:
+def make_waker(event: anyio.Event) -> Callable[[], None]:
     """A callable that sets ``event`` from any thread, without blocking the caller."""
     native = anyio.lowlevel.current_token().native_token
     loop_thread = threading.get_ident()

@@ -1,7 +1,406 @@
-"""PLACEHOLDER — being written (DataRoot)."""
+"""The on-disk layout of a data root (SPEC §4.1, R-ROOT-1..10).
+
+Owns: where things live — ``<home>/<project>/agents/<agent>/{agent_state,traces,scratchpad}``,
+trace file names, session ids, finding a session's files, listing sessions, creating private
+directories — and the checks that keep every path under the root.  Does not: open trace files
+for writing (``_writer``), decide what a record means (the projections), or read more of a trace
+than it needs to tell crash residue and empty sessions apart (``_reader``).
+
+Safety (R-ROOT-6, R-ROOT-9): every id or name that becomes a path component is checked with
+``validate_id``; every path handed out or walked is resolved and must stay under the resolved
+root, so a symlink under the root that points outside it raises ``ValueError`` — also while
+searching, rather than being silently skipped, so that the refusal is visible.
+"""
+
 from __future__ import annotations
-class DataRoot:
-    pass
+
+import os
+import re
+import secrets
+import stat
+from collections.abc import Generator, Iterator
+from contextlib import closing
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Final, Literal, NamedTuple
+
+from ._reader import MAX_LINE_BYTES, _scan, file_index
+from ._schema import OmniMessage, ToolListReadyPayload
+
+__all__ = [
+    "DEFAULT_AGENT",
+    "DEFAULT_PROJECT",
+    "DataRoot",
+    "SessionInfo",
+    "SessionLocation",
+    "validate_id",
+]
+
+DEFAULT_PROJECT: Final = "default_project"
+DEFAULT_AGENT: Final = "default_agent"
+
+_ID: Final = re.compile(r"^[A-Za-z0-9_-]{1,128}\Z")
+_TRACE_NAME: Final = re.compile(r"^(.+)_(\d{3,})\.jsonl\Z")
+_SESSION_ID: Final = re.compile(
+    r"^session-(\d{4})-(\d{2})-(\d{2})-(\d{2})-(\d{2})-(\d{2})-[0-9a-f]{8}\Z"
+)
+# The residue check and the session listing read only the first records of a file.
+_PEEK_BYTES: Final = 64 * 1024
+
+
+def validate_id(value: str, *, what: str = "id") -> str:
+    """Return ``value`` when it may be a path component (R-ROOT-6), else raise ``ValueError``
+    naming ``what`` and the value."""
+    if not isinstance(value, str) or not _ID.match(value):
+        raise ValueError(
+            f"invalid {what}: {value!r} (must match ^[A-Za-z0-9_-]{{1,128}}$: "
+            "letters, digits, '_' and '-', no separators, no '..')"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
 class SessionInfo:
-    pass
-def validate_id(value: str) -> str: raise NotImplementedError
+    """One session as ``DataRoot.sessions()`` lists it.  ``created`` is the local time encoded
+    in the id (R-ROOT-5), or, for an id not of that form, the first file's modification time;
+    ``files`` as ``DataRoot.trace_files`` lists them."""
+
+    session_id: str
+    project: str
+    agent: str
+    created: datetime
+    files: list[Path] = field(default_factory=list)
+
+
+class SessionLocation(NamedTuple):
+    """Where a session lives: ``date`` is the name of its ``traces/<yyyy-mm-dd>`` directory."""
+
+    project: str
+    agent: str
+    date: str
+
+
+class DataRoot:
+    """Paths of a data root (R-ROOT-1): ``home`` defaults to ``$PENGUIN_HOME``, else
+    ``~/.penguin/data``.  Methods that take only a session id search every
+    ``<project>/agents/<agent>/traces`` under the root (R-ROOT-7); ``project=``/``agent=`` narrow
+    the search.  Nothing here creates files except ``ensure_dir``."""
+
+    def __init__(self, home: str | os.PathLike[str] | None = None) -> None:
+        if home is None:
+            env = os.environ.get("PENGUIN_HOME")
+            home = env if env else Path("~/.penguin/data")
+        self.home: Path = Path(home).expanduser().absolute()
+
+    def __repr__(self) -> str:
+        return f"DataRoot({str(self.home)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DataRoot) and other.home == self.home
+
+    def __hash__(self) -> int:
+        return hash(self.home)
+
+    # ----------------------------------------------------------------------- paths
+
+    def agent_dir(self, project: str = DEFAULT_PROJECT, agent: str = DEFAULT_AGENT) -> Path:
+        """``<home>/<project>/agents/<agent>`` (R-ROOT-2)."""
+        path = (
+            self.home
+            / validate_id(project, what="project")
+            / "agents"
+            / validate_id(agent, what="agent")
+        )
+        return self._inside(path)
+
+    def traces_dir(self, project: str = DEFAULT_PROJECT, agent: str = DEFAULT_AGENT) -> Path:
+        return self._inside(self.agent_dir(project, agent) / "traces")
+
+    def agent_state(self, project: str = DEFAULT_PROJECT, agent: str = DEFAULT_AGENT) -> Path:
+        """The ``agent_state`` directory recorded in ``session_meta`` (need not exist)."""
+        return self._inside(self.agent_dir(project, agent) / "agent_state")
+
+    def workspaces_dir(self, project: str = DEFAULT_PROJECT, agent: str = DEFAULT_AGENT) -> Path:
+        return self._inside(self.agent_dir(project, agent) / "workspaces")
+
+    def scratchpad(
+        self, session_id: str, *, project: str | None = None, agent: str | None = None
+    ) -> Path:
+        """``<agent>/scratchpad/<session_id>``: of the agent that holds the session when it
+        exists (searched, narrowed by ``project``/``agent``), else of the given or default
+        project and agent.  An id found under two agents raises ``LookupError``."""
+        validate_id(session_id, what="session id")
+        try:
+            loc = self.locate(session_id, project=project, agent=agent)
+        except FileNotFoundError:
+            proj, ag = project or DEFAULT_PROJECT, agent or DEFAULT_AGENT
+        else:
+            proj, ag = loc.project, loc.agent
+        return self._inside(self.agent_dir(proj, ag) / "scratchpad" / session_id)
+
+    def new_session_id(self, now: datetime | None = None) -> str:
+        """``session-YYYY-MM-DD-HH-mm-ss-<8 lowercase hex>`` in local time (R-ROOT-5).  An aware
+        ``now`` is converted to local time; a naive one is taken as local time."""
+        if now is None:
+            now = datetime.now()
+        elif now.tzinfo is not None:
+            now = now.astimezone().replace(tzinfo=None)
+        return f"session-{now:%Y-%m-%d-%H-%M-%S}-{secrets.token_hex(4)}"
+
+    def trace_path(
+        self,
+        session_id: str,
+        index: int,
+        *,
+        project: str = DEFAULT_PROJECT,
+        agent: str = DEFAULT_AGENT,
+        date: str,
+    ) -> Path:
+        """``<traces>/<date>/<session_id>_<NNN>.jsonl``, NNN zero-padded to at least 3 digits
+        (R-ROOT-4); ``date`` is the ``yyyy-mm-dd`` directory of the session (R-ROOT-3)."""
+        validate_id(session_id, what="session id")
+        validate_id(date, what="date directory")
+        if isinstance(index, bool) or not isinstance(index, int) or index < 1:
+            raise ValueError(f"invalid trace file index: {index!r} (must be an int >= 1)")
+        name = f"{session_id}_{index:03d}.jsonl"
+        return self._inside(self.traces_dir(project, agent) / date / name)
+
+    def lock_path(
+        self,
+        session_id: str,
+        *,
+        project: str | None = None,
+        agent: str | None = None,
+        date: str | None = None,
+    ) -> Path:
+        """``<traces>/<date>/<session_id>.lock`` (R-TRACE-18).  Without ``date`` the session is
+        located (it must exist); with it, the path is built from the given or default project
+        and agent without touching the disk."""
+        validate_id(session_id, what="session id")
+        if date is None:
+            project, agent, date = self.locate(session_id, project=project, agent=agent)
+        else:
+            validate_id(date, what="date directory")
+        traces = self.traces_dir(project or DEFAULT_PROJECT, agent or DEFAULT_AGENT)
+        return self._inside(traces / date / f"{session_id}.lock")
+
+    # ----------------------------------------------------------------------- search
+
+    def trace_files(
+        self, session_id: str, *, project: str | None = None, agent: str | None = None
+    ) -> list[Path]:
+        """Every trace file of the session, sorted by index (R-ROOT-4, R-READ-5).
+
+        Raises ``FileNotFoundError("Session does not exist: <id>")`` when there is none, and
+        ``LookupError`` when the id exists under two agents (R-ROOT-7)."""
+        return self._find(session_id, project=project, agent=agent)[1]
+
+    def locate(
+        self, session_id: str, *, project: str | None = None, agent: str | None = None
+    ) -> SessionLocation:
+        """``(project, agent, date)`` of an existing session; ``date`` is the directory of its
+        highest-index file (all files share it, R-ROOT-3)."""
+        return self._find(session_id, project=project, agent=agent)[0]
+
+    def latest_trace(
+        self, session_id: str, *, project: str | None = None, agent: str | None = None
+    ) -> Path:
+        """The highest-index file that is not crash residue (R-ROOT-10): the highest file is
+        skipped when it holds no decodable ``session_meta``, or when its index is > 1 and it
+        holds nothing but its rotation head.  ``FileNotFoundError`` when no file is left."""
+        files = self.trace_files(session_id, project=project, agent=agent)
+        if _is_residue(files[-1]):
+            files = files[:-1]
+        if not files:
+            raise FileNotFoundError(f"Session does not exist: {session_id}")
+        return files[-1]
+
+    def sessions(
+        self, *, project: str | None = None, agent: str | None = None
+    ) -> list[SessionInfo]:
+        """Every session under the root (or the given project/agent), newest first.  A session
+        none of whose files holds a ``session_meta`` is not listed (R-ROOT-10); ``*.lock`` and
+        other files that are not ``<id>_<NNN>.jsonl`` are ignored (R-TRACE-18a)."""
+        grouped: dict[tuple[str, str, str], list[tuple[int, str, Path]]] = {}
+        for proj, ag, date, sid, index, path in self._walk(project, agent):
+            grouped.setdefault((proj, ag, sid), []).append((index, date, path))
+        infos: list[SessionInfo] = []
+        for (proj, ag, sid), entries in grouped.items():
+            files = [path for _, _, path in sorted(entries)]
+            if not any(_peek(f, want="session_meta") for f in files):
+                continue
+            infos.append(SessionInfo(sid, proj, ag, _created(sid, files[0]), files))
+        infos.sort(key=lambda s: (s.created, s.session_id), reverse=True)
+        return infos
+
+    def latest_session(
+        self, project: str = DEFAULT_PROJECT, agent: str = DEFAULT_AGENT
+    ) -> str | None:
+        """R-ROOT-8: the lexically greatest session id of the agent whose trace holds a
+        ``session_meta`` and at least one other record; ``None`` when there is none."""
+        by_id: dict[str, list[tuple[int, str, Path]]] = {}
+        for _, _, date, sid, index, path in self._walk(project, agent):
+            by_id.setdefault(sid, []).append((index, date, path))
+        for sid in sorted(by_id, reverse=True):
+            files = [path for _, _, path in sorted(by_id[sid])]
+            if any(_peek(f, want="session_meta") for f in files) and any(
+                _peek(f, want="other") for f in files
+            ):
+                return sid
+        return None
+
+    # ----------------------------------------------------------------------- creation
+
+    def ensure_dir(self, path: str | os.PathLike[str]) -> Path:
+        """Create ``path`` and any missing parents with mode 0700 whatever the umask
+        (R-ROOT-9): each level this call creates is ``chmod``-ed after ``mkdir``; levels that
+        already exist are left alone.  ``path`` must be under the root."""
+        target = self._inside(Path(path) if Path(path).is_absolute() else self.home / path)
+        missing: list[Path] = []
+        level = target
+        while not level.exists():
+            missing.append(level)
+            if level.parent == level:
+                break
+            level = level.parent
+        for level in reversed(missing):
+            try:
+                level.mkdir(mode=0o700)
+            except FileExistsError:
+                continue  # created concurrently: not ours to chmod
+            os.chmod(level, stat.S_IRWXU)
+        if not target.is_dir():
+            raise NotADirectoryError(f"not a directory: {target}")
+        return target
+
+    # ----------------------------------------------------------------------- internals
+
+    def _inside(self, path: Path) -> Path:
+        """``path`` unchanged, after checking that it resolves to a place under the root."""
+        root = self.home.resolve()
+        resolved = path.resolve()
+        if resolved != root and not resolved.is_relative_to(root):
+            raise ValueError(f"path resolves outside the data root {root}: {path} -> {resolved}")
+        return path
+
+    def _find(
+        self, session_id: str, *, project: str | None, agent: str | None
+    ) -> tuple[SessionLocation, list[Path]]:
+        validate_id(session_id, what="session id")
+        found: dict[tuple[str, str], list[tuple[int, str, Path]]] = {}
+        for proj, ag, date, sid, index, path in self._walk(project, agent, session_id):
+            if sid == session_id:
+                found.setdefault((proj, ag), []).append((index, date, path))
+        if not found:
+            raise FileNotFoundError(f"Session does not exist: {session_id}")
+        if len(found) > 1:
+            where = ", ".join(f"{p}/{a}" for p, a in sorted(found))
+            raise LookupError(
+                f"session {session_id} exists under several agents ({where}); "
+                "pass project= and agent= to choose"
+            )
+        ((proj, ag), entries) = next(iter(found.items()))
+        entries.sort()
+        return SessionLocation(proj, ag, entries[-1][1]), [path for _, _, path in entries]
+
+    def _walk(
+        self, project: str | None, agent: str | None, session_id: str | None = None
+    ) -> Iterator[tuple[str, str, str, str, int, Path]]:
+        """``(project, agent, date, session_id, index, path)`` for every trace file under
+        ``<project>/agents/<agent>/traces/<date>/`` (only of ``session_id`` when given)."""
+        projects = (
+            [validate_id(project, what="project")] if project is not None else self._dirs(self.home)
+        )
+        for proj in projects:
+            agents_dir = self.home / proj / "agents"
+            agents = (
+                [validate_id(agent, what="agent")] if agent is not None else self._dirs(agents_dir)
+            )
+            for ag in agents:
+                traces = agents_dir / ag / "traces"
+                for date in self._dirs(traces):
+                    for name, path in self._files(traces / date):
+                        m = _TRACE_NAME.match(name)
+                        if m is None or (session_id is not None and m.group(1) != session_id):
+                            continue
+                        self._inside(path)
+                        yield proj, ag, date, m.group(1), int(m.group(2)), path
+
+    def _dirs(self, parent: Path) -> list[str]:
+        """Names of the subdirectories of ``parent`` that are valid ids, sorted; a symlinked
+        one must resolve under the root.  A missing ``parent`` has none."""
+        if parent.is_symlink():
+            self._inside(parent)
+        try:
+            entries = list(os.scandir(parent))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        names = []
+        for entry in entries:
+            if not _ID.match(entry.name):
+                continue
+            if entry.is_symlink():
+                self._inside(Path(entry.path))
+            if entry.is_dir():
+                names.append(entry.name)
+        return sorted(names)
+
+    def _files(self, parent: Path) -> list[tuple[str, Path]]:
+        try:
+            entries = list(os.scandir(parent))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return sorted((e.name, Path(e.path)) for e in entries if e.is_file())
+
+
+# --------------------------------------------------------------------------- file peeks
+
+
+def _is_residue(path: Path) -> bool:
+    """R-ROOT-10 crash residue: no decodable ``session_meta``, or (index > 1) nothing but the
+    rotation head.  Reads only as far as it takes to decide."""
+    index = file_index(path) or 1
+    has_meta = False
+    beyond_head = False
+    with closing(_records(path)) as records:
+        for record in records:
+            if record.type == "session_meta":
+                has_meta = True
+            elif not isinstance(record.payload, ToolListReadyPayload):
+                beyond_head = True
+            if has_meta and (index == 1 or beyond_head):
+                return False
+    return True
+
+
+def _peek(path: Path, *, want: Literal["session_meta", "other"]) -> bool:
+    """Whether the file holds a ``session_meta`` (``want="session_meta"``) or a record of any
+    other type (``want="other"``); stops at the first hit."""
+    meta = want == "session_meta"
+    with closing(_records(path)) as records:
+        return any((record.type == "session_meta") == meta for record in records)
+
+
+def _records(path: Path) -> Generator[OmniMessage, None, None]:
+    try:
+        batches = _scan(path, max_line_bytes=MAX_LINE_BYTES, chunk_bytes=_PEEK_BYTES)
+        with closing(batches):
+            for _first, records, _gaps, _diags in batches:
+                yield from records
+    except FileNotFoundError:
+        return  # removed while we looked: it holds nothing
+
+
+def _created(session_id: str, first_file: Path) -> datetime:
+    m = _SESSION_ID.match(session_id)
+    if m is not None:
+        try:
+            y, mo, d, h, mi, sec = (int(g) for g in m.groups())
+            return datetime(y, mo, d, h, mi, sec)
+        except ValueError:
+            pass  # e.g. month 13: fall back like any foreign id
+    try:
+        return datetime.fromtimestamp(first_file.stat().st_mtime)
+    except OSError:
+        return datetime.fromtimestamp(0)

@@ -407,3 +407,10 @@ class OmniMessage(msgspec.Struct, frozen=True, omit_defaults=True):
     @property
     def is_partial(self) -> bool:
         return isinstance(self.payload, PARTIAL_PAYLOAD_TYPES)
+
+    # Records are immutable: copies share them (projection snapshots copy fold state cheaply).
+    def __copy__(self) -> OmniMessage:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> OmniMessage:
+        return self

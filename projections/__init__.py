@@ -1,0 +1,39 @@
+"""Projections: session state as pure folds over trace records (no I/O).
+
+``ModelContext`` (what the model sees next), ``CarryOver`` (its carry-over part), ``SessionState``
+(counters and open spans) and ``Usage`` (per-request rows).  Each has ``apply(record)`` and
+``from_records(records)``; ``project(records)`` folds all three in one pass (R-PROJ-1a).  The
+engine keeps its live state only through these, so live state and rebuilt state are one path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from eventstore import OmniMessage
+
+from ._context import CarryOver, ModelContext
+from ._markers import DEFAULT_COMPACTION_PROMPT
+from ._state import SessionState
+from ._usage import ErrorRow, Usage, UsageRow
+
+__all__ = [
+    "DEFAULT_COMPACTION_PROMPT",
+    "CarryOver",
+    "ErrorRow",
+    "ModelContext",
+    "SessionState",
+    "Usage",
+    "UsageRow",
+    "project",
+]
+
+
+def project(records: Iterable[OmniMessage]) -> tuple[ModelContext, SessionState, Usage]:
+    """Fold ``ModelContext``, ``SessionState`` and ``Usage`` over ``records`` in one pass."""
+    ctx, state, usage = ModelContext(), SessionState(), Usage()
+    for record in records:
+        ctx.apply(record)
+        state.apply(record)
+        usage.apply(record)
+    return ctx, state, usage

@@ -1,0 +1,63 @@
+"""Session options that have structure: compaction and reconnect settings (API.md).
+
+Owns: ``CompactionSettings`` and ``RetryPolicy`` with their defaults and validation, and the
+backoff ladder arithmetic (R-RETRY-3, R-RETRY-8).  Does not: wait, retry or compact.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from projections import DEFAULT_COMPACTION_PROMPT
+
+__all__ = ["CompactionSettings", "RetryPolicy"]
+
+
+class CompactionSettings(BaseModel):
+    """R-COMPACT-1/2.  A threshold ≤ 0 disables its trigger."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_context_length: int = 128000
+    max_session_turns: int = -1
+    mode: Literal["summarize", "discard"] = "summarize"
+    prompt: str = DEFAULT_COMPACTION_PROMPT
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _unknown_mode_is_summarize(cls, value: object) -> object:
+        # R-COMPACT-1: an unknown mode reads as summarize.
+        return value if value in ("summarize", "discard") else "summarize"
+
+    def threshold(self, context_window: object) -> int:
+        """R-COMPACT-2: capped by a declared window of at least 4096 tokens."""
+        limit = self.max_context_length
+        if isinstance(context_window, int) and not isinstance(context_window, bool):
+            if context_window >= 4096:
+                limit = min(limit, context_window - 2048)
+        return limit
+
+
+class RetryPolicy(BaseModel):
+    """R-RETRY-2/3: at most ``max_reconnects`` retries per turn on an exponential ladder."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_reconnects: int = Field(default=5, ge=0)
+    base_ms: int = Field(default=250, ge=0)
+    cap_ms: int = Field(default=30000, ge=0)
+    compaction_max_reconnects: int | None = Field(default=None, ge=0)
+
+    def delay_ms(self, retry: int) -> int:
+        """The wait before retry ``retry`` (1-based): ``min(base·2^(retry−1), cap)``."""
+        if retry < 1:
+            raise ValueError("retry numbers start at 1")
+        return min(self.base_ms * 2 ** (retry - 1), self.cap_ms)
+
+    @property
+    def compaction_budget(self) -> int:
+        if self.compaction_max_reconnects is None:
+            return self.max_reconnects
+        return self.compaction_max_reconnects

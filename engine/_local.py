@@ -1,0 +1,610 @@
+"""LocalEnvironment: runs registered ``Tool``s in a workspace with central framing (SPEC §5.5).
+
+Owns: the Environment protocol for local tools — lookup, argument parsing and validation
+(R-TOOL-5), the ``partial_tool_call_output`` framing and the one complete ``tool_call_output``
+(R-TOOL-1, R-STREAM-1/2/4), online head truncation with the scratchpad archive (R-TOOL-2,
+R-ROOT-9 file modes), timeouts and user aborts (R-TOOL-3), the never-empty rule (R-TOOL-4) and
+``ToolContext`` with workspace path confinement.  Does not: approve calls (the engine does), know
+any particular tool (``engine._tools``), or write traces.
+
+How a running tool is interrupted: ``execute`` is an async generator, so it cannot hold a task
+group or cancel scope across its ``yield``s.  Instead it advances the tool one item at a time;
+each advance runs inside a cancel scope carrying the call's deadline and a task group in which
+``signal.wait()`` cancels the advance when the user aborts.  A cancelled tool is then closed
+(``aclose`` under a shield) before the closing fragments are emitted, so its resources (e.g. a
+process group) are gone by the time the complete output is seen.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+import re
+import secrets
+import sys
+from collections.abc import AsyncIterator, Awaitable, Iterator, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import anyio
+import msgspec
+import pydantic
+
+from eventstore import OmniMessage, StopReason, ToolCallPayload, ToolDefinition
+from eventstore.builders import partial_tool_call_output, tool_call_output
+
+from ._protocols import ApproveFn
+from ._signal import AbortSignal
+from ._tools import Tool, ToolError, ToolItem, ToolResult, builtin_tools
+
+__all__ = [
+    "ABORTED_NOTE",
+    "ARCHIVE_DIR",
+    "NO_OUTPUT",
+    "LocalEnvironment",
+    "ToolContext",
+]
+
+ABORTED_NOTE: Final = "[interrupted: tool aborted by user]"
+NO_OUTPUT: Final = "[no output]"
+ARCHIVE_DIR: Final = "truncated-tool-output"
+
+_DEFAULT_MAX_OUTPUT: Final = 16000
+_DEFAULT_TIMEOUT_MS: Final = 120000
+# Archive text is buffered in memory and written out in batches of about this many characters.
+_SPILL_CHARS: Final = 1 << 20
+# Upper bound on closing a tool after an interrupt; a tool that will not finish its cleanup by
+# then is abandoned rather than allowed to hang the session.
+_CLOSE_BOUND_S: Final = 10.0
+_ID_UNSAFE: Final = re.compile(r"[^A-Za-z0-9_-]")
+
+
+# --------------------------------------------------------------------------- ToolContext
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolContext:
+    """What a tool may use while it runs.
+
+    ``workspace`` is the resolved workspace directory; ``scratchpad`` the session scratchpad (or
+    ``None``); ``approve`` the caller's approve callback (a tool running a nested session passes
+    it on, R-SUB-5).  Paths coming from the model go through ``resolve``.
+    """
+
+    workspace: Path
+    signal: AbortSignal
+    tool_call_id: str
+    scratchpad: Path | None = None
+    approve: ApproveFn | None = None
+
+    def resolve(self, path: str | os.PathLike[str]) -> Path:
+        """The real path of ``path`` (relative to the workspace, or absolute inside it).
+
+        Symlinks are resolved before the check, so ``..`` escapes, absolute paths elsewhere and
+        links pointing out all raise ``ToolError`` — the tool fails and nothing is touched.
+        """
+        raw = os.fspath(path)
+        if not raw.strip():
+            raise ToolError("the path is empty")
+        if "\x00" in raw:
+            raise ToolError("the path contains a NUL character")
+        candidate = Path(raw)
+        if not candidate.is_absolute():
+            candidate = self.workspace / candidate
+        real = Path(os.path.realpath(candidate))
+        if not real.is_relative_to(self.workspace):
+            raise ToolError(f"path is outside the workspace: {raw}")
+        return real
+
+    def display(self, path: Path) -> str:
+        """``path`` as shown to the model: relative to the workspace, ``/``-separated."""
+        try:
+            rel = path.relative_to(self.workspace)
+        except ValueError:
+            return str(path)
+        return rel.as_posix() or "."
+
+
+# --------------------------------------------------------------------------- LocalEnvironment
+
+
+class LocalEnvironment:
+    """The Environment for local tools (API.md "The Environment protocol").
+
+    ``tools=None`` registers the four built-ins.  ``max_output_length`` (characters, ``<= 0``
+    disables truncation) and ``default_timeout_ms`` (``<= 0`` disables it; a ``Tool`` or an
+    ``exec_command`` call may override it) apply to every call.
+
+    The scratchpad receives the full text of truncated outputs.  The engine learns the session's
+    scratchpad only once it has allocated the session id, so it may be given later with
+    ``bind_scratchpad``; without one, truncated outputs carry no archive note.
+    """
+
+    def __init__(
+        self,
+        workspace: str | os.PathLike[str],
+        *,
+        tools: Sequence[Tool[Any]] | None = None,
+        max_output_length: int = _DEFAULT_MAX_OUTPUT,
+        default_timeout_ms: int = _DEFAULT_TIMEOUT_MS,
+        scratchpad: str | os.PathLike[str] | None = None,
+    ) -> None:
+        ws = Path(workspace)
+        if not ws.exists():
+            raise FileNotFoundError(f"workspace does not exist: {ws}")
+        if not ws.is_dir():
+            raise NotADirectoryError(f"workspace is not a directory: {ws}")
+        self._workspace = ws.resolve()
+        registered = builtin_tools() if tools is None else list(tools)
+        self._tools: dict[str, Tool[Any]] = {}
+        for tool in registered:
+            if tool.name in self._tools:
+                raise ValueError(f"duplicate tool name: {tool.name}")
+            self._tools[tool.name] = tool
+        self._max_output_length = max_output_length
+        self._default_timeout_ms = default_timeout_ms
+        self._scratchpad: Path | None = None
+        self.bind_scratchpad(scratchpad)
+
+    def __repr__(self) -> str:
+        return f"LocalEnvironment({str(self._workspace)!r}, tools={list(self._tools)!r})"
+
+    @property
+    def workspace(self) -> Path:
+        return self._workspace
+
+    @property
+    def scratchpad(self) -> Path | None:
+        return self._scratchpad
+
+    @property
+    def tools(self) -> tuple[Tool[Any], ...]:
+        return tuple(self._tools.values())
+
+    @property
+    def max_output_length(self) -> int:
+        return self._max_output_length
+
+    @property
+    def default_timeout_ms(self) -> int:
+        return self._default_timeout_ms
+
+    def bind_scratchpad(self, path: str | os.PathLike[str] | None) -> None:
+        """Set (or clear) the session scratchpad used for truncated-output archives.
+
+        The directory need not exist: it is created (mode 0700) on the first archive.
+        """
+        self._scratchpad = None if path is None else Path(path).absolute()
+
+    async def list_tools(self) -> list[ToolDefinition]:
+        return [tool.definition for tool in self._tools.values()]
+
+    def tool_permission(self, name: str) -> Literal["r", "rw"] | None:
+        tool = self._tools.get(name)
+        return None if tool is None else tool.permission
+
+    async def aclose(self) -> None:
+        """Nothing outlives a call (each ``execute`` reaps what it started); idempotent."""
+
+    async def execute(
+        self, call: OmniMessage, *, signal: AbortSignal, approve: ApproveFn | None = None
+    ) -> AsyncIterator[OmniMessage]:
+        """Run ``call``: ``partial_tool_call_output`` start, deltas, stop, then exactly one
+        ``tool_call_output`` (R-TOOL-1); never raises for tool or argument failures."""
+        payload = call.payload
+        if not isinstance(payload, ToolCallPayload):
+            raise TypeError(f"execute expects a tool_call, got {type(payload).__name__}")
+        call_id = payload.tool_call_id
+        yield partial_tool_call_output("start", call_id)
+        tool = self._tools.get(payload.name)
+        if tool is None:
+            for msg in _failure(call_id, f"Unknown tool: {payload.name}"):
+                yield msg
+            return
+        parsed = _parse_arguments(tool, payload.arguments)
+        if isinstance(parsed, str):
+            for msg in _failure(call_id, parsed):
+                yield msg
+            return
+        ctx = ToolContext(
+            workspace=self._workspace,
+            signal=signal,
+            tool_call_id=call_id,
+            scratchpad=self._scratchpad,
+            approve=approve,
+        )
+        async for msg in self._run(tool, parsed, ctx):
+            yield msg
+
+    # ----------------------------------------------------------------------- the run itself
+
+    def _timeout_ms(self, tool: Tool[Any], args: pydantic.BaseModel) -> int:
+        per_call = getattr(args, "timeout_ms", None)
+        if isinstance(per_call, int) and not isinstance(per_call, bool):
+            return per_call
+        return self._default_timeout_ms if tool.timeout_ms is None else tool.timeout_ms
+
+    async def _run(
+        self, tool: Tool[Any], args: pydantic.BaseModel, ctx: ToolContext
+    ) -> AsyncIterator[OmniMessage]:
+        call_id = ctx.tool_call_id
+        signal = ctx.signal
+        timeout_ms = self._timeout_ms(tool, args)
+        deadline = anyio.current_time() + timeout_ms / 1000 if timeout_ms > 0 else math.inf
+        out = _Output(self._max_output_length, self._scratchpad, call_id)
+        note: str | None = None
+        status: StopReason | None = None
+        images: list[str] | None = None
+        end = _End.DONE
+        raised: Exception | None = None
+        timer_fired = False
+        try:
+            items: AsyncIterator[ToolItem] | None = None
+            try:
+                if signal.aborted:
+                    end = _End.ABORTED
+                else:
+                    try:
+                        items = _as_items(tool.run(args, ctx))
+                    except Exception as exc:
+                        end, raised = _End.RAISED, exc
+                while items is not None:
+                    step = await _advance(items, signal, deadline)
+                    timer_fired = timer_fired or step.timer_fired
+                    item = step.item
+                    if isinstance(item, _End):
+                        end = item
+                        break
+                    if isinstance(item, _Raised):
+                        end, raised = _End.RAISED, item.exc
+                        break
+                    if isinstance(item, OmniMessage):
+                        if item.origin:
+                            yield item  # a nested session's message passes through (R-TOOL-1)
+                        else:
+                            _warn(f'tool "{tool.name}" yielded a message without origin; ignored')
+                        continue
+                    if isinstance(item, ToolResult):
+                        text = item.output
+                        note = item.note or note
+                        status = item.status or status
+                        images = list(item.images) if item.images else images
+                    elif isinstance(item, str):
+                        text = item
+                    else:
+                        end = _End.RAISED
+                        raised = TypeError(
+                            f"tool produced {type(item).__name__}, not str/ToolResult"
+                        )
+                        break
+                    if text:
+                        delta = out.add(text)
+                        await out.spill()
+                        if delta:
+                            yield partial_tool_call_output("delta", call_id, delta)
+            finally:
+                if items is not None:
+                    await _close(items)
+            # R-TOOL-3: the tool's terminal facts are frozen here, before any archive I/O, so a
+            # late abort cannot reclassify a finished call.
+            timed_out = end is _End.TIMEOUT or (end is _End.RAISED and timer_fired)
+            aborted = (
+                end is _End.ABORTED
+                or (end is _End.RAISED and signal.aborted)
+                or (status == "aborted" and not timed_out)
+            )
+            archive = await out.save() if out.truncated else None
+
+            notes: list[str] = []
+            if out.truncated:
+                notes.append(f"[output truncated: exceeded {self._max_output_length} chars]")
+                if archive is not None:
+                    notes.append(f"[output archived: {archive}]")
+            if note:
+                notes.append(note)
+            stop_reason: StopReason
+            if aborted:
+                stop_reason = "aborted"
+                notes.append(ABORTED_NOTE)
+            elif timed_out:
+                stop_reason = "failed"
+                notes.append(f"[tool timeout: exceeded {timeout_ms}ms]")
+            elif raised is not None:
+                stop_reason = "failed"
+                notes.append(f"[tool error] {_describe(raised)}")
+            else:
+                stop_reason = status or "completed"
+            content = out.text
+            if not content and not notes:
+                notes.append(NO_OUTPUT)  # R-TOOL-4
+            tail = "\n".join(notes)
+            if tail:
+                # R-STREAM-2: the notes are streamed too, so the fragments add up to the output.
+                yield partial_tool_call_output("delta", call_id, f"\n{tail}" if content else tail)
+            final_images = images if stop_reason == "completed" else None
+            if final_images:
+                yield partial_tool_call_output("delta", call_id, images=final_images)
+            yield partial_tool_call_output("stop", call_id, stop_reason=stop_reason)
+            full = f"{content}\n{tail}" if content and tail else content or tail
+            yield tool_call_output(call_id, full, stop_reason=stop_reason, images=final_images)
+        finally:
+            out.discard()
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def _parse_arguments(tool: Tool[Any], raw: str) -> pydantic.BaseModel | str:
+    """The validated argument model, or the R-TOOL-5 failure sentence."""
+    name = tool.name
+    if not raw.strip():
+        return (
+            f'Tool call "{name}" failed: the arguments field is empty. '
+            "Re-issue the call with a complete JSON object."
+        )
+    try:
+        value = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        return (
+            f'Tool call "{name}" failed: the arguments are not valid JSON ({_one_line(exc)}). '
+            "Re-issue the call with one complete, valid JSON object."
+        )
+    try:
+        model: type[pydantic.BaseModel] = tool.args
+        return model.model_validate(value)
+    except pydantic.ValidationError as exc:
+        detail = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        return (
+            f'Tool call "{name}" failed: the arguments do not match the tool schema '
+            f"({_one_line(detail)}). Re-issue the call with one complete, valid JSON object."
+        )
+
+
+def _one_line(value: object) -> str:
+    return " ".join(str(value).split())
+
+
+def _failure(call_id: str, message: str) -> Iterator[OmniMessage]:
+    yield partial_tool_call_output("delta", call_id, message)
+    yield partial_tool_call_output("stop", call_id, stop_reason="failed")
+    yield tool_call_output(call_id, message, stop_reason="failed")
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+def _warn(message: str) -> None:
+    print(f"[penguin] {message}", file=sys.stderr)
+
+
+# --------------------------------------------------------------------------- stepping a tool
+
+
+class _End(Enum):
+    DONE = "done"
+    ABORTED = "aborted"
+    TIMEOUT = "timeout"
+    RAISED = "raised"
+
+
+@dataclass(frozen=True)
+class _Raised:
+    exc: Exception
+
+
+@dataclass(frozen=True)
+class _Step:
+    item: ToolItem | _End | _Raised
+    timer_fired: bool
+
+
+class _OneShot:
+    """An ``async def`` tool seen as a one-item iterator."""
+
+    def __init__(self, awaitable: Awaitable[Any]) -> None:
+        self._awaitable: Awaitable[Any] | None = awaitable
+
+    def __aiter__(self) -> _OneShot:
+        return self
+
+    async def __anext__(self) -> Any:
+        awaitable, self._awaitable = self._awaitable, None
+        if awaitable is None:
+            raise StopAsyncIteration
+        return await awaitable
+
+    async def aclose(self) -> None:
+        awaitable, self._awaitable = self._awaitable, None
+        if inspect.iscoroutine(awaitable):
+            awaitable.close()  # never started: close it so it is not reported as never awaited
+
+
+def _as_items(produced: object) -> AsyncIterator[ToolItem]:
+    if hasattr(produced, "__anext__"):
+        return produced  # type: ignore[return-value]
+    if inspect.isawaitable(produced):
+        return _OneShot(produced)
+    raise TypeError(
+        f"run returned {type(produced).__name__}; expected a coroutine or an async generator"
+    )
+
+
+async def _cancel_on_abort(signal: AbortSignal, scope: anyio.CancelScope) -> None:
+    await signal.wait()
+    scope.cancel()
+
+
+async def _advance(items: AsyncIterator[ToolItem], signal: AbortSignal, deadline: float) -> _Step:
+    """The tool's next item, or why there is none; interrupted by abort and by the deadline."""
+    if signal.aborted:
+        return _Step(_End.ABORTED, False)
+    if anyio.current_time() >= deadline:
+        return _Step(_End.TIMEOUT, True)
+    result: ToolItem | _End | _Raised | None = None
+    with anyio.CancelScope(deadline=deadline) as timer:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_cancel_on_abort, signal, tg.cancel_scope)
+            try:
+                result = await items.__anext__()
+            except StopAsyncIteration:
+                result = _End.DONE
+            except Exception as exc:
+                result = _Raised(exc)
+            finally:
+                tg.cancel_scope.cancel()
+    fired = timer.cancel_called
+    if result is None:  # the advance itself was cancelled by one of the two scopes above
+        result = _End.ABORTED if signal.aborted else _End.TIMEOUT
+    return _Step(result, fired)
+
+
+async def _close(items: AsyncIterator[ToolItem]) -> None:
+    aclose = getattr(items, "aclose", None)
+    if aclose is None:
+        return
+    with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_BOUND_S):
+        try:
+            await aclose()
+        except Exception as exc:
+            _warn(f"a tool raised while closing: {_describe(exc)}")
+
+
+# --------------------------------------------------------------------------- output and archive
+
+
+class _Output:
+    """Online head truncation (R-TOOL-2) plus the full-text capture for the archive."""
+
+    def __init__(self, limit: int, scratchpad: Path | None, call_id: str) -> None:
+        self._limit = limit
+        self._kept: list[str] = []
+        self._kept_len = 0
+        self._total_len = 0
+        self._scratchpad = scratchpad
+        self._call_id = call_id
+        self._archive: _Archive | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self._kept)
+
+    @property
+    def truncated(self) -> bool:
+        return self._limit > 0 and self._total_len > self._limit
+
+    def add(self, chunk: str) -> str:
+        """Account for ``chunk``; return the part that still fits (the delta to stream)."""
+        self._total_len += len(chunk)
+        if self._limit <= 0:
+            self._kept.append(chunk)
+            return chunk
+        if self._total_len > self._limit and self._scratchpad is not None:
+            if self._archive is None:
+                self._archive = _Archive(self._scratchpad, self._call_id)
+                self._archive.append(self.text)
+            self._archive.append(chunk)
+        room = self._limit - self._kept_len
+        part = chunk[:room] if room > 0 else ""
+        if part:
+            self._kept.append(part)
+            self._kept_len += len(part)
+        return part
+
+    async def spill(self) -> None:
+        if self._archive is not None and self._archive.pending >= _SPILL_CHARS:
+            await self._archive.flush()
+
+    async def save(self) -> Path | None:
+        if self._archive is None:
+            return None
+        return await self._archive.save()
+
+    def discard(self) -> None:
+        if self._archive is not None:
+            self._archive.close()
+
+
+class _Archive:
+    """``<scratchpad>/truncated-tool-output/<call id>-<8 hex>.txt``: dirs 0700, file 0600."""
+
+    def __init__(self, scratchpad: Path, call_id: str) -> None:
+        self._dir = scratchpad / ARCHIVE_DIR
+        self._stem = _ID_UNSAFE.sub("_", call_id)[:64] or "call"
+        self._buffer: list[str] = []
+        self.pending = 0
+        self._fd: int | None = None
+        self._path: Path | None = None
+        self._failed = False
+
+    def append(self, text: str) -> None:
+        if not self._failed and text:
+            self._buffer.append(text)
+            self.pending += len(text)
+
+    async def flush(self) -> None:
+        data = "".join(self._buffer).encode("utf-8", errors="replace")
+        self._buffer.clear()
+        self.pending = 0
+        if self._failed:
+            return
+        try:
+            await anyio.to_thread.run_sync(self._write, data)
+        except OSError as exc:
+            self._failed = True
+            _warn(f"could not archive a truncated tool output: {_describe(exc)}")
+
+    async def save(self) -> Path | None:
+        await self.flush()
+        self.close()
+        return None if self._failed else self._path
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def _write(self, data: bytes) -> None:
+        if self._fd is None:
+            self._open()
+        assert self._fd is not None
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+
+    def _open(self) -> None:
+        _private_dirs(self._dir)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        for _ in range(16):
+            path = self._dir / f"{self._stem}-{secrets.token_hex(4)}.txt"
+            try:
+                fd = os.open(path, flags, 0o600)
+            except FileExistsError:
+                continue
+            os.fchmod(fd, 0o600)  # whatever the umask (R-ROOT-9)
+            self._fd, self._path = fd, path
+            return
+        raise FileExistsError(f"no free archive name under {self._dir}")
+
+
+def _private_dirs(path: Path) -> None:
+    """Create ``path`` and its missing parents with mode 0700 (R-ROOT-9); refuse a symlink."""
+    missing: list[Path] = []
+    probe = path
+    while not probe.exists() and not probe.is_symlink():
+        missing.append(probe)
+        probe = probe.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        os.chmod(directory, 0o700)
+    if path.is_symlink() or not path.is_dir():
+        raise NotADirectoryError(f"not a private directory: {path}")

@@ -1,0 +1,93 @@
+"""Session titles: one out-of-band request, never recorded (SPEC §12).
+
+Owns: the title material's sanitizing and the title request.  Does not: capture the material
+(the session does, R-TITLE-2) or touch history, the trace or the counters (R-TITLE-1).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from typing import TYPE_CHECKING
+
+from eventstore import OmniMessage, TextPayload, TokenUsagePayload
+from eventstore.builders import user_text
+from projections import _markers as mk
+
+from ._protocols import LLM, LLMOutcome, LLMRequest
+from ._signal import AbortSignal
+
+if TYPE_CHECKING:
+    from ._session import Session
+
+__all__ = ["generate_title", "sanitize_title"]
+
+_USER_LIMIT = 2000
+_ASSISTANT_LIMIT = 1000
+_TITLE_LIMIT = 30
+_EDGE = re.compile(r"^[\s\"'`“”‘’«»()\[\]{}<>「」『』【】]+|[\s\"'`“”‘’«»()\[\]{}<>「」『』【】]+\Z")
+_TRAILING_PUNCT = re.compile(r"[\s.,;:!?。，；：！？、…]+\Z")
+
+
+def _strip_markers(text: str) -> str:
+    for tag in mk.TITLE_MARKER_TAGS:
+        text = mk.strip_marker_blocks(text, tag)
+    return text
+
+
+def _material(parts: list[str], limit: int) -> str:
+    return _strip_markers("\n".join(parts)).strip()[:limit]
+
+
+def sanitize_title(raw: str) -> str:
+    """R-TITLE-3: strip markers, collapse whitespace, peel quotes, brackets and trailing
+    punctuation until stable, cut to 30 characters."""
+    text = " ".join(_strip_markers(raw).split())
+    while True:
+        peeled = _TRAILING_PUNCT.sub("", _EDGE.sub("", text))
+        if peeled == text:
+            break
+        text = peeled
+    return text[:_TITLE_LIMIT].strip()
+
+
+async def generate_title(
+    session: Session, llm: LLM, user: list[str], assistant: list[str]
+) -> str | None:
+    user_material = _material(user, _USER_LIMIT)
+    if not user_material:
+        return None
+    prompt = mk.title_prompt(user_material, _material(assistant, _ASSISTANT_LIMIT))
+    request = LLMRequest(
+        system_prompt="",
+        tools=[],
+        messages=[user_text(prompt)],
+        new_messages=1,
+        thinking_level="none",
+        signal=AbortSignal(),
+    )
+    texts: list[str] = []
+    outcome: LLMOutcome | None = None
+    try:
+        async with aclosing(_agen(llm, request)) as stream:
+            async for item in stream:
+                if isinstance(item, LLMOutcome):
+                    outcome = item
+                    break
+                p = item.payload
+                if isinstance(p, TextPayload) and p.role == "assistant" and not item.is_partial:
+                    texts.append(p.text)
+                elif isinstance(p, TokenUsagePayload):
+                    session.title_usage = p.request
+    except Exception:  # noqa: BLE001 - a failed title is no title (R-TITLE-3)
+        return None
+    if outcome is None or outcome.status != "completed":
+        return None
+    title = sanitize_title("".join(texts))
+    return title or None
+
+
+async def _agen(llm: LLM, request: LLMRequest) -> AsyncGenerator[OmniMessage | LLMOutcome, None]:
+    async for item in llm.stream(request):
+        yield item

@@ -1,0 +1,612 @@
+"""ModelContext and CarryOver: what the model sees next, as a fold over trace records.
+
+Owns: SPEC §13.1–§13.2 (history, pending input, carry-over synthesis, pending summary, closed
+context, render view) as an incremental fold.  Does not: read files, write records, or count
+turns and tokens (``SessionState``, ``Usage``).
+
+The live engine and resume share this fold (R-PROJ-3): the engine writes a record, folds it, and
+builds every request from ``history`` and the snapshot taken at ``request_begin``.  Synthesized
+input (placeholders, ``[turn_aborted]`` / ``[turn_retried]`` blocks, the rebuilt summary) is
+derived lazily from recorded facts and stamped with the timestamps of the records it derives
+from (R-PROJ-3a), so a fresh fold reproduces it byte for byte.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from eventstore import (
+    AbortPayload,
+    CompactionBeginPayload,
+    CompactionEndPayload,
+    CompactionMode,
+    CompactionReason,
+    ImageUrlPayload,
+    InlineDataPayload,
+    OmniMessage,
+    RequestBeginPayload,
+    RequestEndPayload,
+    StopReason,
+    TextPayload,
+    ThinkingPayload,
+    TokenUsagePayload,
+    ToolCallOutputPayload,
+    ToolCallPayload,
+    ToolListReadyPayload,
+)
+from eventstore.builders import request_end as _request_end
+from eventstore.builders import compaction_end as _compaction_end
+from eventstore.builders import tool_call_output, user_text
+
+from ._markers import (
+    PLACEHOLDER_ABORTED,
+    PLACEHOLDER_CRASH,
+    downgrade_goal,
+    extract_summary,
+    line_text,
+    line_thinking,
+    line_tool_call,
+    line_tool_output,
+    line_user_input,
+    transcript_block,
+    unwrap_synthetic_block,
+    wrap_context_summary,
+)
+
+__all__ = ["CarryOver", "ModelContext"]
+
+_PERMANENT_PREFIX = "llm request error:"
+
+
+@dataclass
+class _Attempt:
+    """One request span outside compaction that did not commit."""
+
+    snapshot: list[OmniMessage]
+    begin_ts: str
+    outputs: list[OmniMessage] = field(default_factory=list)
+    status: StopReason = "aborted"
+    end_ts: str = ""
+    # Ledger: completed tool calls in call order, and the first output recorded for each.
+    calls: list[OmniMessage] = field(default_factory=list)
+    call_outputs: dict[str, OmniMessage] = field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        """R-RETRY-11: segments, then ledger calls, then their outputs in call order."""
+        out: list[str] = []
+        for msg in self.outputs:
+            p = msg.payload
+            if isinstance(p, ThinkingPayload):
+                out.append(line_thinking(p.thinking))
+            elif isinstance(p, TextPayload):
+                out.append(line_text(p.text))
+        for call in self.calls:
+            cp = call.payload
+            assert isinstance(cp, ToolCallPayload)
+            out.append(line_tool_call(cp.name, cp.tool_call_id, cp.arguments))
+        for call in self.calls:
+            cp = call.payload
+            assert isinstance(cp, ToolCallPayload)
+            output = self.call_outputs.get(cp.tool_call_id)
+            if output is not None:
+                op = output.payload
+                assert isinstance(op, ToolCallOutputPayload)
+                out.append(line_tool_output(op.tool_call_id, op.stop_reason or "completed", op.output))
+        return out
+
+
+@dataclass
+class _Turn:
+    """The failed attempts of one turn, and how the turn's input was finally left."""
+
+    original_input: list[OmniMessage]
+    attempts: list[_Attempt] = field(default_factory=list)
+    # Set by the first closing record after the last failed request_end (R-RESUME-7b).
+    settled: bool = False
+    abort_ts: str | None = None
+    abort_reason: str | None = None
+
+    def case_b(self) -> bool:
+        last = self.attempts[-1]
+        if last.status in ("aborted", "auth"):
+            return True
+        return (
+            last.status == "failed"
+            and self.abort_reason is not None
+            and self.abort_reason.startswith(_PERMANENT_PREFIX)
+        )
+
+    def render(self) -> list[OmniMessage]:
+        last = self.attempts[-1]
+        if self.case_b():
+            ts = self.abort_ts or last.begin_ts
+            kept: list[OmniMessage] = []
+            lines: list[str] = []
+            for msg in last.snapshot:
+                p = msg.payload
+                if isinstance(p, ToolCallOutputPayload):
+                    kept.append(msg)
+                elif isinstance(p, TextPayload):
+                    inner = unwrap_synthetic_block(p.text)
+                    if inner is not None:
+                        if inner:
+                            lines.append(inner)
+                    else:
+                        lines.append(line_user_input(downgrade_goal(p.text)))
+            lines.extend(last.lines())
+            kept.append(user_text(transcript_block("turn_aborted", lines), timestamp=ts))
+            return kept
+        lines = [line for attempt in self.attempts for line in attempt.lines()]
+        rendered = list(self.original_input)
+        if lines:
+            rendered.append(user_text(transcript_block("turn_retried", lines), timestamp=last.end_ts))
+        return rendered
+
+
+_USER_INPUT = (TextPayload, ImageUrlPayload, InlineDataPayload, ToolCallOutputPayload)
+
+
+class ModelContext:
+    """The model context as a fold (R-PROJ-1).
+
+    Public views: ``history`` (committed messages), ``pending`` (the carry-over, synthesized
+    messages included), ``pending_summary``, ``closed``, ``dangling_compaction``, ``render``.
+    ``snapshot`` is the input of the request currently open (what the engine sends).
+    """
+
+    def __init__(self) -> None:
+        self._history: list[OmniMessage] = []
+        self._pending: list[OmniMessage] = []
+        self._render: list[OmniMessage] = []
+        self._pending_summary: OmniMessage | None = None
+        self._closed = False
+        self._seen_meta = False
+        self._new_file = False
+        # Open request span.
+        self._in_request = False
+        self._snapshot: list[OmniMessage] = []
+        self._outputs: list[OmniMessage] = []
+        self._span_usage = False
+        self._span_begin_ts = ""
+        self._span_texts: list[str] = []
+        # Compaction span.
+        self._compaction: tuple[CompactionReason, CompactionMode] | None = None
+        self._compaction_prompt: OmniMessage | None = None
+        self._compaction_committed = False
+        self._compaction_inputs: list[OmniMessage] = []
+        self._last_span_texts: list[str] = []
+        # Calls: order of every committed call; committed calls with no answer yet.
+        self._call_seq: dict[str, int] = {}
+        self._unanswered: dict[str, OmniMessage] = {}
+        self._answered: set[str] = set()
+        self._window: list[str] = []
+        self._abort_explained: dict[str, str] = {}
+        # Uncommitted turn attempts (R-RESUME-7, -7b).
+        self._turn: _Turn | None = None  # the turn whose attempts are being retried
+        self._dropped: _Turn | None = None  # a dropped turn standing in front of pending
+        self._attempt_of_call: dict[str, _Attempt] = {}
+        self._view_cache: list[OmniMessage] | None = None
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def from_records(cls, records: Iterable[OmniMessage]) -> ModelContext:
+        ctx = cls()
+        for record in records:
+            ctx.apply(record)
+        return ctx
+
+    def copy(self) -> ModelContext:
+        """An independent fold state (lists and maps copied; messages are immutable)."""
+        # OmniMessages are immutable and copy to themselves, so this copies only fold state.
+        return copy.deepcopy(self)
+
+    # ------------------------------------------------------------------ views
+
+    @property
+    def history(self) -> list[OmniMessage]:
+        return self._settled()._history
+
+    @property
+    def pending(self) -> list[OmniMessage]:
+        return self._settled()._view()
+
+    @property
+    def pending_summary(self) -> OmniMessage | None:
+        return self._settled()._pending_summary
+
+    @property
+    def closed(self) -> bool:
+        return self._settled()._closed
+
+    @property
+    def render(self) -> list[OmniMessage]:
+        return self._settled()._render
+
+    @property
+    def dangling_compaction(self) -> tuple[CompactionReason, CompactionMode] | None:
+        return self._compaction
+
+    @property
+    def open_request(self) -> bool:
+        return self._in_request
+
+    @property
+    def snapshot(self) -> list[OmniMessage]:
+        """The input of the open request (empty when none is open)."""
+        return self._snapshot if self._in_request else []
+
+    @property
+    def in_compaction(self) -> bool:
+        return self._compaction is not None
+
+    def request_messages(self) -> list[OmniMessage]:
+        """History plus the open request's input: the ``messages`` of the request being sent."""
+        return [*self._history, *self._snapshot]
+
+    def next_input(self) -> list[OmniMessage]:
+        """What a ``request_begin`` applied now would take as its input."""
+        return self._snapshot_for_begin()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ModelContext):
+            return NotImplemented
+        a, b = self._settled(), other._settled()
+        return (
+            a._history == b._history
+            and a._view() == b._view()
+            and a._pending_summary == b._pending_summary
+            and a._closed == b._closed
+            and self._compaction == other._compaction
+            and a._render == b._render
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"ModelContext(history={len(self.history)}, pending={len(self.pending)}, "
+            f"summary={self.pending_summary is not None}, closed={self.closed})"
+        )
+
+    def _settled(self) -> ModelContext:
+        """The state the trace would have if it ended here (R-RESUME-14a/14 closures applied).
+
+        Closing a dangling span changes no view (R-RESUME-14a), so views of an open span are
+        read from a closed copy.
+        """
+        if not self._in_request and self._compaction is None:
+            return self
+        clone = self.copy()
+        ts = self._span_begin_ts
+        if clone._in_request:
+            status: StopReason = "completed" if clone._span_usage else "aborted"
+            clone.apply(_request_end(status, timestamp=ts))
+        if clone._compaction is not None:
+            reason, mode = clone._compaction
+            clone.apply(_compaction_end(reason, mode, "failed", timestamp=ts))
+        clone._compaction = None
+        return clone
+
+    # ------------------------------------------------------------------ the fold
+
+    def apply(self, record: OmniMessage) -> None:
+        """Fold one record (R-RESUME-4 … R-RESUME-15)."""
+        if record.origin is not None:
+            return
+        kind = record.type
+        if kind == "session_meta":
+            if self._seen_meta:
+                self._new_file = True
+            self._seen_meta = True
+            return
+        p = record.payload
+        if self._new_file and not isinstance(p, ToolListReadyPayload):
+            self._new_file = False
+            self._reset(keep_summary=False)
+        self._view_cache = None
+        if kind == "model_msg":
+            self._apply_model(record)
+        elif kind == "event_msg":
+            self._apply_event(record)
+
+    def _apply_model(self, record: OmniMessage) -> None:
+        p = record.payload
+        role = getattr(p, "role", None)
+        if role == "user" and isinstance(p, _USER_INPUT):
+            if self._closed:
+                self._reopen()
+            self._render.append(record)
+            if isinstance(p, ToolCallOutputPayload):
+                attempt = self._attempt_of_call.get(p.tool_call_id)
+                if attempt is not None:
+                    attempt.call_outputs.setdefault(p.tool_call_id, record)
+            else:
+                self._close_windows()
+                if self._compaction is not None and isinstance(p, TextPayload):
+                    if self._compaction_prompt is None:
+                        self._compaction_prompt = record
+                    self._compaction_inputs.append(record)
+            self._pending.append(record)
+            return
+        if role == "assistant" and not record.is_partial:
+            self._render.append(record)
+            if self._in_request:
+                self._outputs.append(record)
+                if isinstance(p, TextPayload):
+                    self._span_texts.append(p.text)
+
+    def _apply_event(self, record: OmniMessage) -> None:
+        p = record.payload
+        if isinstance(p, RequestBeginPayload):
+            if self._in_request:
+                self._drop_open_request(record.timestamp)
+            self._begin_request(record)
+        elif isinstance(p, RequestEndPayload):
+            if not self._in_request:
+                return
+            if p.status == "completed":
+                self._commit()
+            else:
+                self._drop_open_request(record.timestamp, p.status)
+        elif isinstance(p, TokenUsagePayload):
+            if self._in_request:
+                self._span_usage = True
+        elif isinstance(p, AbortPayload):
+            self._render.append(record)
+            self._on_abort(record.timestamp, p.reason)
+        elif isinstance(p, CompactionBeginPayload):
+            self._close_windows()
+            self._compaction = (p.reason, p.mode)
+            self._compaction_prompt = None
+            self._compaction_committed = False
+            self._compaction_inputs = []
+            self._last_span_texts = []
+        elif isinstance(p, CompactionEndPayload):
+            self._end_compaction(record, p)
+        elif isinstance(p, ToolListReadyPayload):
+            self._close_windows()
+
+    # ------------------------------------------------------------------ requests
+
+    def _begin_request(self, record: OmniMessage) -> None:
+        if self._closed:
+            self._reopen()
+        retried = self._dropped is not None and not self._dropped.settled
+        self._close_windows()
+        snapshot = self._snapshot_for_begin()
+        self._turn = self._dropped if retried else None
+        self._dropped = None
+        self._pending = []
+        self._snapshot = snapshot
+        self._outputs = []
+        self._span_texts = []
+        self._span_usage = False
+        self._span_begin_ts = record.timestamp
+        self._in_request = True
+
+    def _snapshot_for_begin(self) -> list[OmniMessage]:
+        snapshot = self._view()
+        if self._compaction is not None and self._compaction_committed:
+            prompt = self._compaction_prompt
+            if prompt is not None and not (snapshot and snapshot[-1] is prompt):
+                snapshot.append(prompt)
+        return snapshot
+
+    def _commit(self) -> None:
+        """R-RESUME-6: a completed request commits its input and its output."""
+        self._in_request = False
+        snapshot, outputs = self._snapshot, self._outputs
+        self._history.extend(snapshot)
+        self._history.extend(outputs)
+        for msg in snapshot:
+            p = msg.payload
+            if isinstance(p, ToolCallOutputPayload):
+                self._answered.add(p.tool_call_id)
+                self._unanswered.pop(p.tool_call_id, None)
+        for msg in outputs:
+            p = msg.payload
+            if isinstance(p, ToolCallPayload) and (p.stop_reason or "completed") == "completed":
+                cid = p.tool_call_id
+                self._attempt_of_call.pop(cid, None)
+                if cid in self._call_seq:
+                    continue
+                self._call_seq[cid] = len(self._call_seq)
+                if cid not in self._answered:
+                    self._unanswered[cid] = msg
+                    self._window.append(cid)
+        self._turn = None
+        if self._compaction is not None:
+            self._compaction_committed = True
+            self._last_span_texts = self._span_texts
+        self._snapshot = []
+        self._outputs = []
+
+    def _drop_open_request(self, ts: str, status: StopReason = "aborted") -> None:
+        """R-RESUME-7: a request that did not commit gives its input back."""
+        self._in_request = False
+        snapshot = self._snapshot
+        if self._compaction is not None:
+            # R-RESUME-7c: a compaction attempt's input is put back whole.
+            self._pending = [*snapshot, *self._pending]
+        else:
+            attempt = _Attempt(snapshot=snapshot, begin_ts=self._span_begin_ts)
+            attempt.outputs = self._outputs
+            attempt.status = status
+            attempt.end_ts = ts
+            for msg in self._outputs:
+                p = msg.payload
+                if isinstance(p, ToolCallPayload) and (p.stop_reason or "completed") == "completed":
+                    if p.tool_call_id not in self._call_seq:
+                        attempt.calls.append(msg)
+                        self._attempt_of_call[p.tool_call_id] = attempt
+            # Outputs of this attempt's tools that already landed in pending.
+            for msg in self._pending:
+                op = msg.payload
+                if isinstance(op, ToolCallOutputPayload):
+                    owner = self._attempt_of_call.get(op.tool_call_id)
+                    if owner is attempt:
+                        attempt.call_outputs.setdefault(op.tool_call_id, msg)
+            turn = self._turn
+            if turn is None:
+                turn = _Turn(original_input=snapshot)
+            turn.attempts.append(attempt)
+            turn.settled = False
+            self._turn = None
+            self._dropped = turn
+        self._snapshot = []
+        self._outputs = []
+
+    # ------------------------------------------------------------------ aborts and windows
+
+    def _close_windows(self) -> None:
+        """Records that end the run a call belongs to (R-RESUME-10, R-RESUME-7b)."""
+        self._window.clear()
+        if self._dropped is not None:
+            self._dropped.settled = True
+
+    def _on_abort(self, ts: str, reason: str | None) -> None:
+        for cid in self._window:
+            if cid in self._unanswered:
+                self._abort_explained.setdefault(cid, ts)
+        self._window.clear()
+        dropped = self._dropped
+        if dropped is not None and not dropped.settled:
+            dropped.settled = True
+            dropped.abort_ts = ts
+            dropped.abort_reason = reason
+
+    # ------------------------------------------------------------------ compaction
+
+    def _end_compaction(self, record: OmniMessage, p: CompactionEndPayload) -> None:
+        if self._in_request:
+            self._drop_open_request(record.timestamp)
+        self._compaction = None
+        if p.status == "completed":
+            if p.mode == "discard":
+                self._reset(keep_summary=False)
+                self._closed = True
+                return
+            summary = extract_summary("".join(self._last_span_texts))
+            if summary:
+                self._reset(keep_summary=False)
+                self._closed = True
+                self._pending_summary = user_text(
+                    wrap_context_summary(summary), timestamp=record.timestamp
+                )
+                return
+            # A void closure (R-RESUME-15): the file is replayed on as if nothing closed.
+        # R-RESUME-7c: the compaction prompt and corrective notes are not conversational input.
+        drop = {id(m) for m in self._compaction_inputs}
+        self._pending = [m for m in self._pending if id(m) not in drop]
+        self._compaction_inputs = []
+        self._compaction_prompt = None
+
+    def _reset(self, *, keep_summary: bool) -> None:
+        self._history = []
+        self._pending = []
+        self._render = []
+        if not keep_summary:
+            self._pending_summary = None
+        self._closed = False
+        self._in_request = False
+        self._snapshot = []
+        self._outputs = []
+        self._compaction = None
+        self._compaction_prompt = None
+        self._compaction_inputs = []
+        self._call_seq = {}
+        self._unanswered = {}
+        self._answered = set()
+        self._window = []
+        self._abort_explained = {}
+        self._turn = None
+        self._dropped = None
+        self._attempt_of_call = {}
+
+    def _reopen(self) -> None:
+        """A record after a completed compaction in the same file starts the next context."""
+        summary = self._pending_summary
+        self._reset(keep_summary=True)
+        self._pending_summary = summary
+
+    # ------------------------------------------------------------------ the carry-over view
+
+    def _view(self) -> list[OmniMessage]:
+        """R-RESUME-9: pending with dropped turns rendered, outputs filtered and ordered, and
+        placeholders for committed calls nobody answered."""
+        if self._view_cache is not None:
+            return list(self._view_cache)
+        seq: list[OmniMessage] = []
+        if self._dropped is not None:
+            seq.extend(self._dropped.render())
+        seq.extend(self._pending)
+        result: list[OmniMessage] = []
+        slots: list[int] = []
+        outputs: list[OmniMessage] = []
+        seen: set[str] = set()
+        for msg in seq:
+            p = msg.payload
+            if isinstance(p, ToolCallOutputPayload):
+                cid = p.tool_call_id
+                if cid not in self._unanswered or cid in seen:
+                    continue
+                seen.add(cid)
+                slots.append(len(result))
+                outputs.append(msg)
+            result.append(msg)
+        if outputs:
+            order = self._call_seq
+            outputs.sort(key=lambda m: order[m.payload.tool_call_id])  # type: ignore[union-attr]
+            for slot, msg in zip(slots, outputs, strict=True):
+                result[slot] = msg
+        missing = [cid for cid in self._unanswered if cid not in seen]
+        if missing:
+            at = slots[-1] + 1 if slots else 0
+            placeholders = [self._placeholder(cid) for cid in missing]
+            result[at:at] = placeholders
+        self._view_cache = result
+        return list(result)
+
+    def _placeholder(self, cid: str) -> OmniMessage:
+        abort_ts = self._abort_explained.get(cid)
+        if abort_ts is not None:
+            return tool_call_output(cid, PLACEHOLDER_ABORTED, stop_reason="aborted", timestamp=abort_ts)
+        call = self._unanswered[cid]
+        return tool_call_output(
+            cid, PLACEHOLDER_CRASH, stop_reason="aborted", timestamp=call.timestamp
+        )
+
+
+class CarryOver:
+    """The carry-over part of the ``ModelContext`` fold (R-PROJ-1a).
+
+    ``messages`` is the input that the next run sends before its prompt, synthesized messages
+    included; it equals ``ModelContext.pending`` because it is computed by the same fold.
+    """
+
+    def __init__(self) -> None:
+        self._ctx = ModelContext()
+
+    @classmethod
+    def from_records(cls, records: Iterable[OmniMessage]) -> CarryOver:
+        carry = cls()
+        for record in records:
+            carry.apply(record)
+        return carry
+
+    def apply(self, record: OmniMessage) -> None:
+        self._ctx.apply(record)
+
+    @property
+    def messages(self) -> list[OmniMessage]:
+        return self._ctx.pending
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CarryOver):
+            return NotImplemented
+        return self.messages == other.messages
+
+    __hash__ = None  # type: ignore[assignment]

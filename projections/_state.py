@@ -1,0 +1,222 @@
+"""The ``SessionState`` projection (SPEC R-PROJ-2).
+
+Owns: the session-wide counters and flags folded from the records of all files of a session —
+turns, token counters, open spans, "opened by compaction", pending rotation, an advisory
+"task running" — incrementally, O(1) amortized per record.  Does not: build the model context
+or the carry-over (``ModelContext`` / ``CarryOver``), account per-request usage (``Usage``), or
+read files.
+
+Decisions the fold has to take on traces the engine never writes (lost lines, reference
+traces), stated once:
+
+- A request span cut off by a ``request_begin`` is uncommitted (R-RESUME-5); one cut off by the
+  end of its file (a later ``session_meta``, or the end of the records) is committed when its
+  ``token_usage`` was recorded (R-RESUME-7a, R-RESUME-18).  The turn counters therefore count a
+  turn provisionally as soon as its ``token_usage`` arrives inside the span, so that the
+  R-RESUME-14a closure ``request_end{completed}`` changes none of them, and take it back when
+  the span ends any other way.
+- A ``request_end`` with no open span (its ``request_begin`` lost) commits nothing and counts no
+  turn, as ``ModelContext`` commits nothing for it; it still sets ``last_request_status``.
+- A ``compaction_end`` while a request span is open drops that span uncommitted, as
+  ``ModelContext`` does.
+- Every ``session_meta`` after the first starts a new context, but only once a record other than
+  ``tool_list_ready`` follows it: a trailing rotation head is crash residue (R-ROOT-10, R-PROJ-1),
+  which leaves the previous file's state standing and only makes ``rotation_pending`` true.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from eventstore import (
+    AbortPayload,
+    CompactionBeginPayload,
+    CompactionEndPayload,
+    CompactionMode,
+    CompactionReason,
+    OmniMessage,
+    RequestBeginPayload,
+    RequestEndPayload,
+    SessionMetaPayload,
+    StopReason,
+    TextPayload,
+    TokenCounts,
+    TokenUsagePayload,
+    ToolCallPayload,
+    ToolListReadyPayload,
+)
+from eventstore.builders import is_partial
+
+from ._markers import extract_summary
+
+__all__ = ["SessionState"]
+
+
+@dataclass(slots=True)
+class SessionState:
+    """Session-wide counters (R-PROJ-2).  ``from_records`` is repeated ``apply``.
+
+    Equality compares the public fields only, so a live state equals the state rebuilt from its
+    trace (INV-24) regardless of fold scratch.
+    """
+
+    turns_total: int = 0
+    turns_in_context: int = 0
+    session_tokens: TokenCounts = field(default_factory=TokenCounts)
+    last_request_total: int = 0
+    last_request_status: StopReason | None = None
+    open_request: bool = False
+    open_compaction: tuple[CompactionReason, CompactionMode] | None = None
+    from_compaction: bool = False
+    rotation_pending: bool = False
+    task_running: bool = False
+    files: int = 0
+    records: int = 0
+
+    # --- fold scratch (not part of equality) ---------------------------------------------
+    # The open request span: began inside a compaction span, recorded a token_usage, has been
+    # counted as a turn provisionally, produced a completed tool_call.
+    _span_in_compaction: bool = field(default=False, init=False, repr=False, compare=False)
+    _span_usage: bool = field(default=False, init=False, repr=False, compare=False)
+    _span_counted: bool = field(default=False, init=False, repr=False, compare=False)
+    _span_calls: bool = field(default=False, init=False, repr=False, compare=False)
+    # Assistant text bodies of the open span (collected only inside compaction spans), and those
+    # of the last completed request span of the open compaction span (R-RESUME-15 void check).
+    _span_texts: list[str] = field(default_factory=list, init=False, repr=False, compare=False)
+    _compaction_texts: list[str] = field(
+        default_factory=list, init=False, repr=False, compare=False
+    )
+    # The last committed turn had tool calls and no abort / max-turns notice came after it.
+    _awaiting_tools: bool = field(default=False, init=False, repr=False, compare=False)
+    # A session_meta after the first, followed by nothing but tool_list_ready so far.
+    _head: bool = field(default=False, init=False, repr=False, compare=False)
+    # The last record is a completed compaction_end whose closure is not void.
+    _closed: bool = field(default=False, init=False, repr=False, compare=False)
+
+    @classmethod
+    def from_records(cls, records: Iterable[OmniMessage]) -> SessionState:
+        state = cls()
+        for record in records:
+            state.apply(record)
+        return state
+
+    def apply(self, record: OmniMessage) -> None:
+        """Fold one more record.  Origin-tagged and partial messages are not records of this
+        session and are ignored (R-PROJ-4, R-TRACE-2)."""
+        if record.origin is not None or is_partial(record):
+            return
+        self.records += 1
+        self._closed = False
+        payload = record.payload
+
+        if isinstance(payload, SessionMetaPayload):
+            self.files += 1
+            if self.files > 1:
+                self._head = True
+            self._derive()
+            return
+        if self._head and not isinstance(payload, ToolListReadyPayload):
+            self._head = False
+            self._start_new_context()
+
+        if isinstance(payload, RequestBeginPayload):
+            if self.open_request:
+                self._end_span(committed=False)  # R-RESUME-5
+            self.open_request = True
+            self._span_in_compaction = self.open_compaction is not None
+            self._span_usage = False
+            self._span_counted = False
+            self._span_calls = False
+            self._span_texts = []
+        elif isinstance(payload, TokenUsagePayload):
+            self._on_token_usage(payload)
+        elif isinstance(payload, RequestEndPayload):
+            self.last_request_status = payload.status
+            if self.open_request:
+                self._end_span(committed=payload.status == "completed")
+        elif isinstance(payload, TextPayload):
+            if payload.role == "assistant":
+                if not self.open_request:
+                    # Outside any span only the max-turns notice is written (R-MAXT-2).
+                    self._awaiting_tools = False
+                elif self._span_in_compaction:
+                    self._span_texts.append(payload.text)
+        elif isinstance(payload, ToolCallPayload):
+            if self.open_request and payload.stop_reason in (None, "completed"):
+                self._span_calls = True
+        elif isinstance(payload, AbortPayload):
+            self._awaiting_tools = False
+        elif isinstance(payload, CompactionBeginPayload):
+            self.open_compaction = (payload.reason, payload.mode)
+            self._compaction_texts = []
+        elif isinstance(payload, CompactionEndPayload):
+            self._on_compaction_end(payload)
+        self._derive()
+
+    # ------------------------------------------------------------------------- handlers
+
+    def _on_token_usage(self, payload: TokenUsagePayload) -> None:
+        # R-RESUME-11: both figures are "of the last token_usage"; one found right after a
+        # request_end (R-RUN-16) is that request's and is still the last one.
+        self.session_tokens = payload.session
+        self.last_request_total = payload.request.total
+        if self.open_request:
+            self._span_usage = True
+            if not self._span_in_compaction and not self._span_counted:
+                self._span_counted = True
+                self._count_turn(1)
+
+    def _end_span(self, *, committed: bool) -> None:
+        """Close the open request span; ``committed`` per G-6 / R-RESUME-7a."""
+        if self._span_in_compaction:
+            if committed:
+                # Moved, not copied: the span's list is dropped right after.
+                self._compaction_texts = self._span_texts
+        elif committed:
+            if not self._span_counted:
+                self._count_turn(1)
+            self._awaiting_tools = self._span_calls
+        elif self._span_counted:
+            self._count_turn(-1)
+        self.open_request = False
+        self._span_counted = False
+        self._span_usage = False
+        self._span_calls = False
+        self._span_texts = []
+
+    def _on_compaction_end(self, payload: CompactionEndPayload) -> None:
+        if self.open_request:
+            self._end_span(committed=False)
+        self.open_compaction = None
+        texts, self._compaction_texts = self._compaction_texts, []
+        if payload.status != "completed":
+            return
+        # R-RESUME-15: a summarize closure whose last completed request gives no summary is
+        # void and resets nothing.  A discard compaction has no summary to lose.
+        if payload.mode == "summarize" and not extract_summary("".join(texts)):
+            return
+        self.turns_in_context = 0
+        self.last_request_total = 0
+        self._closed = True
+
+    def _start_new_context(self) -> None:
+        # The previous file ended here: a span still open ended with its file (R-RESUME-7a:
+        # committed iff its token_usage was recorded, which the provisional count reflects).
+        if self.open_request:
+            self._end_span(committed=self._span_usage)
+        self.open_compaction = None
+        self._compaction_texts = []
+        # R-RESUME-11: per-file figures.
+        self.turns_in_context = 0
+        self.last_request_total = 0
+
+    def _count_turn(self, delta: int) -> None:
+        self.turns_total += delta
+        self.turns_in_context += delta
+
+    def _derive(self) -> None:
+        # R-COMPACT-25 / R-PROJ-2: "file index > 1" is "a session_meta after the first".
+        self.from_compaction = self._closed or self.files > 1
+        self.rotation_pending = self._closed or self._head
+        self.task_running = self.open_request or self._awaiting_tools
