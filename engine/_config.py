@@ -34,9 +34,9 @@ class CompactionSettings(BaseModel):
     def threshold(self, context_window: object) -> int:
         """R-COMPACT-2: capped by a declared window of at least 4096 tokens."""
         limit = self.max_context_length
-        if isinstance(context_window, int) and not isinstance(context_window, bool):
-            if context_window >= 4096:
-                limit = min(limit, context_window - 2048)
+        declared = isinstance(context_window, int) and not isinstance(context_window, bool)
+        if declared and context_window >= 4096:  # type: ignore[operator]
+            limit = min(limit, context_window - 2048)  # type: ignore[operator]
         return limit
 
 
@@ -54,7 +54,7 @@ class RetryPolicy(BaseModel):
         """The wait before retry ``retry`` (1-based): ``min(base·2^(retry−1), cap)``."""
         if retry < 1:
             raise ValueError("retry numbers start at 1")
-        return min(self.base_ms * 2 ** (retry - 1), self.cap_ms)
+        return min(self.base_ms * (1 << (retry - 1)), self.cap_ms)
 
     @property
     def compaction_budget(self) -> int:

@@ -17,13 +17,14 @@ process group) are gone by the time the complete output is seen.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import os
 import re
 import secrets
 import sys
-from collections.abc import AsyncIterator, Awaitable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -216,8 +217,11 @@ class LocalEnvironment:
             scratchpad=self._scratchpad,
             approve=approve,
         )
-        async for msg in self._run(tool, parsed, ctx):
-            yield msg
+        # The inner generator is closed explicitly: a consumer that abandons ``execute`` must
+        # stop the tool now, not whenever the garbage collector finalizes it.
+        async with contextlib.aclosing(self._run(tool, parsed, ctx)) as run:
+            async for msg in run:
+                yield msg
 
     # ----------------------------------------------------------------------- the run itself
 
@@ -229,7 +233,7 @@ class LocalEnvironment:
 
     async def _run(
         self, tool: Tool[Any], args: pydantic.BaseModel, ctx: ToolContext
-    ) -> AsyncIterator[OmniMessage]:
+    ) -> AsyncGenerator[OmniMessage, None]:
         call_id = ctx.tool_call_id
         signal = ctx.signal
         timeout_ms = self._timeout_ms(tool, args)

@@ -26,7 +26,7 @@ from typing import Any, Literal, Self, cast
 
 import anyio
 import anyio.abc
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectSendStream
 
 from eventstore import (
     DataRoot,
@@ -46,7 +46,7 @@ from eventstore import (
     encode_line,
 )
 from eventstore import builders as b
-from eventstore.builders import is_partial, stop_reason_of
+from eventstore.builders import is_partial, payload_type, stop_reason_of
 from projections import ModelContext, SessionState
 from projections import _markers as mk
 
@@ -189,12 +189,11 @@ class Session:
     ) -> Session:
         """A new session (R-SESSION-1): validates the workspace, allocates an id, writes nothing."""
         data_root = root if isinstance(root, DataRoot) else DataRoot(root)
-        ws = Path(workspace)
-        if not ws.exists():
-            raise FileNotFoundError(f"workspace does not exist: {ws}")
-        if not ws.is_dir():
-            raise NotADirectoryError(f"workspace is not a directory: {ws}")
-        ws = ws.resolve()
+        ws = await anyio.Path(workspace).resolve()
+        if not await ws.exists():
+            raise FileNotFoundError(f"workspace does not exist: {workspace}")
+        if not await ws.is_dir():
+            raise NotADirectoryError(f"workspace is not a directory: {workspace}")
         session_id = data_root.new_session_id()
         date_dir = _dt.date.today().isoformat()
         trace_path = data_root.trace_path(
@@ -219,7 +218,7 @@ class Session:
             project=project,
             agent=agent,
             date_dir=date_dir,
-            workspace=ws,
+            workspace=Path(ws),
             meta=meta,
             compaction=compaction,
             max_turns=max_turns,
@@ -457,7 +456,7 @@ class Session:
     async def _drive(self, run: _Run, prompt: list[OmniMessage]) -> None:
         try:
             await self._task(run, prompt)
-        except BaseException as exc:  # noqa: BLE001 - sorted below, cancellation re-raised
+        except BaseException as exc:
             failure = _first_write_failure(exc)
             if failure is None:
                 raise
@@ -681,9 +680,9 @@ class Session:
                     self.record(msg)
                     if getattr(msg.payload, "role", None) == "assistant":
                         outputs.append(msg)
-                    if self._title_capturing and isinstance(msg.payload, TextPayload):
-                        if msg.payload.role == "assistant":
-                            self._title_assistant.append(msg.payload.text)
+                    title_text = self._title_capturing and isinstance(msg.payload, TextPayload)
+                    if title_text and msg.payload.role == "assistant":
+                        self._title_assistant.append(msg.payload.text)
                     push(msg)
                     p = msg.payload
                     if (
@@ -695,7 +694,7 @@ class Session:
                         await self._approve_and_dispatch(run, msg, tools)
         except _WriteFailed:
             raise
-        except Exception as exc:  # noqa: BLE001 - R-RUN-3: an LLM that raises has failed
+        except Exception as exc:
             outcome = LLMOutcome("failed", str(exc) or type(exc).__name__)
         if outcome is None:
             outcome = LLMOutcome("failed", mk.LLM_STREAM_NO_OUTCOME)
@@ -744,7 +743,7 @@ class Session:
             result: Any = approve(call)
             if isinstance(result, Awaitable):
                 result = await result
-        except Exception as exc:  # noqa: BLE001 - R-RUN-2: a raising approve denies
+        except Exception as exc:
             _warn(mk.approve_threw_warning(str(exc)))
             return "deny"
         if result not in _VALID_APPROVALS:
@@ -779,7 +778,7 @@ class Session:
                         answered = True
         except _WriteFailed:
             raise
-        except Exception as exc:  # noqa: BLE001 - R-TOOL-6: the engine's safety net
+        except Exception as exc:
             if answered:
                 _warn(mk.environment_threw_warning(str(exc)))
             else:
@@ -941,8 +940,7 @@ class _Segments:
         if msg.origin is not None:
             return
         p = msg.payload
-        tag = getattr(p, "__struct_config__").tag
-        key = (tag, getattr(p, "tool_call_id", ""))
+        key = (payload_type(msg) or "", str(getattr(p, "tool_call_id", "")))
         event = getattr(p, "event_type", None)
         if event == "start":
             self._open[key] = [p]
@@ -960,9 +958,9 @@ class _Segments:
             "text": "partial_text",
             "thinking": "partial_thinking",
             "tool_call": "partial_tool_call",
-        }.get(getattr(p, "__struct_config__").tag)
+        }.get(payload_type(msg) or "")
         if kind is not None:
-            self._open.pop((kind, getattr(p, "tool_call_id", "")), None)
+            self._open.pop((kind, str(getattr(p, "tool_call_id", ""))), None)
 
     def close_all(self, status: str) -> list[OmniMessage]:
         out: list[OmniMessage] = []

@@ -80,7 +80,7 @@ async def generate_title(
                     texts.append(p.text)
                 elif isinstance(p, TokenUsagePayload):
                     session.title_usage = p.request
-    except Exception:  # noqa: BLE001 - a failed title is no title (R-TITLE-3)
+    except Exception:
         return None
     if outcome is None or outcome.status != "completed":
         return None

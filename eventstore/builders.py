@@ -43,6 +43,7 @@ from ._schema import (
     ToolCallPayload,
     ToolDefinition,
     ToolListReadyPayload,
+    UnknownPayload,
 )
 
 __all__ = [
@@ -62,6 +63,7 @@ __all__ = [
     "partial_thinking",
     "partial_tool_call",
     "partial_tool_call_output",
+    "payload_type",
     "request_begin",
     "request_end",
     "session_meta",
@@ -436,6 +438,15 @@ def is_event(msg: OmniMessage) -> bool:
 def is_recordable(msg: OmniMessage) -> bool:
     """R-TRACE-2: partials and origin-tagged messages are never written."""
     return msg.origin is None and not isinstance(msg.payload, PARTIAL_PAYLOAD_TYPES)
+
+
+def payload_type(msg: OmniMessage) -> str | None:
+    """The payload's ``type`` (``None`` for ``session_meta``, which has none)."""
+    payload = msg.payload
+    if isinstance(payload, UnknownPayload):
+        return payload.type
+    tag = payload.__struct_config__.tag
+    return tag if isinstance(tag, str) else None
 
 
 def stop_reason_of(msg: OmniMessage) -> StopReason:

@@ -36,8 +36,8 @@ from eventstore import (
     ToolCallPayload,
     ToolListReadyPayload,
 )
-from eventstore.builders import request_end as _request_end
 from eventstore.builders import compaction_end as _compaction_end
+from eventstore.builders import request_end as _request_end
 from eventstore.builders import tool_call_output, user_text
 
 from ._markers import (
@@ -438,10 +438,13 @@ class ModelContext:
             attempt.end_ts = ts
             for msg in self._outputs:
                 p = msg.payload
-                if isinstance(p, ToolCallPayload) and (p.stop_reason or "completed") == "completed":
-                    if p.tool_call_id not in self._call_seq:
-                        attempt.calls.append(msg)
-                        self._attempt_of_call[p.tool_call_id] = attempt
+                if (
+                    isinstance(p, ToolCallPayload)
+                    and (p.stop_reason or "completed") == "completed"
+                    and p.tool_call_id not in self._call_seq
+                ):
+                    attempt.calls.append(msg)
+                    self._attempt_of_call[p.tool_call_id] = attempt
             # Outputs of this attempt's tools that already landed in pending.
             for msg in self._pending:
                 op = msg.payload

@@ -34,6 +34,7 @@ Choices where the SPEC leaves room (all documented in the rule's handler below):
 
 from __future__ import annotations
 
+import glob
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -145,7 +146,7 @@ _MCP_TRANSPORTS: Final = frozenset({"stdio", "http", "sse"})
 _MCP_STATUSES: Final = frozenset({"completed", "failed", "aborted"})
 
 
-def extract_summary(output: str) -> str:
+def _extract_summary(output: str) -> str:
     """R-COMPACT-10: the summary in a compaction reply ("" when there is none)."""
 
     def strip(t: str) -> str:
@@ -257,6 +258,8 @@ class _Checker:
     only_head: bool = True
     has_tool_list: bool = False
     first_model_seen: bool = False
+
+    residue: bool = False
 
     prev_kind: str | None = None
     prev_line: int = 0
@@ -403,7 +406,7 @@ class _Checker:
             self._check_role(line, payload, kind)
         elif isinstance(payload, ImageUrlPayload):
             self._check_role(line, payload, kind)
-            self._on_user_input()
+            self._boundary()
         elif isinstance(payload, RequestBeginPayload):
             self._on_request_begin(line)
         elif isinstance(payload, RequestEndPayload):
@@ -423,8 +426,8 @@ class _Checker:
             self._boundary()
         elif isinstance(payload, McpConnectEndPayload):
             self._check_mcp(line, payload)
-        if payload.role == "user" if isinstance(payload, TextPayload | ImageUrlPayload) else False:
-            pass
+        if msg.type == "model_msg":
+            self.first_model_seen = True
         self._after(kind, line)
 
     def _after(self, kind: str, line: int) -> None:
@@ -477,8 +480,6 @@ class _Checker:
         if self.meta is not None:
             self.error(line, "V-2", f"second session_meta (the first is at line {self.meta_line})")
             return
-        if self.n_records != 1:
-            self.error(line, "V-2", "session_meta is not the first record")
         self.meta, self.meta_line = meta, line
         if self.name_id is not None and meta.session_id != self.name_id:
             self.error(
@@ -530,33 +531,24 @@ class _Checker:
                 self.error(line, "V-19", "assistant text with a sender")
             if self.req_line is not None:
                 self.span_texts.append(body)
-            self.first_model_seen = True
             return
         if body.startswith(("[", "<")):
             if body.startswith(_SUMMARY_PREFIXES):
                 # V-6 [ours]: only the new context's first input may be a summary.
-                if self.first_model_seen or self.index is not None and self.index < 2:
-                    where = "of a file with index 1" if self.first_model_seen is False else ""
+                if self.first_model_seen:
                     self.warn(
-                        line,
-                        "V-6",
-                        "[context_summary] that is not the first model message "
-                        f"of a rotated file{where and ' (this file has index 1)'}",
+                        line, "V-6", "[context_summary] is not the file's first model message"
                     )
+                elif self.index is not None and self.index < 2:
+                    self.warn(line, "V-6", "[context_summary] in a file with index 1")
             elif body.startswith(_STEERING_PREFIXES):
                 if not _STEERING.fullmatch(body):
                     self.warn(line, "V-16", "steering text does not match R-STEER-9 exactly")
             elif any(p.fullmatch(body) for p in _SYNTHETIC_BLOCK):
                 self.warn(line, "V-15", "synthesized [turn_aborted]/[turn_retried] block written")
-        self.first_model_seen = True
-        self._on_user_input()
-
-    def _on_user_input(self) -> None:
-        self.first_model_seen = True
         self._boundary()
 
     def _on_call(self, line: int, payload: ToolCallPayload) -> None:
-        self.first_model_seen = True
         completed = payload.stop_reason in (None, "completed")
         in_span = self.req_line is not None
         in_comp = self.comp_line is not None
@@ -566,7 +558,6 @@ class _Checker:
             self.span_calls.add(payload.tool_call_id)
 
     def _on_output(self, line: int, payload: ToolCallOutputPayload) -> None:
-        self.first_model_seen = True
         cid = payload.tool_call_id
         if payload.output == _CRASH_PLACEHOLDER:
             self.warn(line, "V-15", f"resume placeholder written as the output of {cid}")
@@ -585,7 +576,9 @@ class _Checker:
             return
         if not call.completed:
             self.error(
-                line, "V-7", f"output for {cid}, whose tool_call (line {call.line}) is not completed"
+                line,
+                "V-7",
+                f"output for {cid}, whose tool_call (line {call.line}) is not completed",
             )
             return
         if not call.in_span:
@@ -631,7 +624,9 @@ class _Checker:
             return
         first = self.decisions.get(cid)
         if first is not None:
-            self.error(line, "V-8", f"second approval_decision for {cid} (first at line {first[1]})")
+            self.error(
+                line, "V-8", f"second approval_decision for {cid} (first at line {first[1]})"
+            )
             return
         self.decisions[cid] = (payload.decision, line)
         call = self.calls.get(cid)
@@ -650,7 +645,9 @@ class _Checker:
 
     def _on_request_begin(self, line: int) -> None:
         if self.req_line is not None:
-            self.error(line, "V-4", f"request_begin while the request of line {self.req_line} is open")
+            self.error(
+                line, "V-4", f"request_begin while the request of line {self.req_line} is open"
+            )
             self._drop_span_calls()  # that request never committed (R-RESUME-5)
         # V-12: which attempt of which turn (or compaction) this request is.
         if self.comp_line is not None:
@@ -745,7 +742,9 @@ class _Checker:
         if self.req_line is not None:
             self.span_usage += 1
             if self.span_usage > 1:
-                self.error(line, "V-11", f"second token_usage in the request of line {self.req_line}")
+                self.error(
+                    line, "V-11", f"second token_usage in the request of line {self.req_line}"
+                )
         elif self.prev_kind == "request_end" and self.prev_line == self.last_end_line:
             self.last_end_usage += 1
             if self.last_end_usage > 1:
@@ -768,7 +767,9 @@ class _Checker:
 
     def _on_compaction_begin(self, line: int, payload: CompactionBeginPayload) -> None:
         if self.comp_line is not None:
-            self.error(line, "V-5", f"compaction_begin inside the compaction of line {self.comp_line}")
+            self.error(
+                line, "V-5", f"compaction_begin inside the compaction of line {self.comp_line}"
+            )
         if self.req_line is not None:
             self.error(line, "V-5", f"compaction_begin inside the request of line {self.req_line}")
         self._boundary()
@@ -783,7 +784,9 @@ class _Checker:
             self.error(line, "V-5", "compaction_end without an open compaction")
             return
         if self.req_line is not None:
-            self.error(line, "V-5", f"compaction_end while the request of line {self.req_line} is open")
+            self.error(
+                line, "V-5", f"compaction_end while the request of line {self.req_line} is open"
+            )
         if (payload.reason, payload.mode) != (self.comp_reason, self.comp_mode):
             self.error(
                 line,
@@ -802,7 +805,7 @@ class _Checker:
         self.comp_line = None
         self.missing_retry_line = None
         if payload.status == "completed":
-            void = payload.mode == "summarize" and not extract_summary(
+            void = payload.mode == "summarize" and not _extract_summary(
                 "".join(self.last_completed_texts)
             )
             if void:
@@ -822,8 +825,12 @@ class _Checker:
         self.span_calls = set()
 
     def _boundary(self) -> None:
-        """A record that starts a new run (R-RESUME-10): calls of completed turns still waiting
-        for an output were not answered by an ``abort``'s case-A placeholder."""
+        """A record that starts a new run (R-RESUME-7b, R-RESUME-10): a failed attempt before it
+        was not retried, and calls of completed turns still waiting for an output were not
+        answered by an ``abort``'s case-A placeholder."""
+        if self.comp_line is None:
+            self.retry_pending = False
+            self.missing_retry_line = None
         if not self.window:
             return
         keep: dict[str, int] = {}
@@ -873,7 +880,7 @@ class _Checker:
                 "its run",
             )
         if self.meta is None:
-            if self.is_highest:
+            if self.is_highest and self.index is not None:
                 self.residue = True
                 self.warn(
                     0,
@@ -884,9 +891,13 @@ class _Checker:
             elif self.first_kind is None:
                 self.error(0, "V-2", "no record, so no session_meta")
             else:
-                self.error(self.first_line, "V-2", f"first record is {self.first_kind}, not session_meta")
+                self.error(
+                    self.first_line, "V-2", f"first record is {self.first_kind}, not session_meta"
+                )
         elif self.first_kind != "session_meta":
-            self.error(self.first_line, "V-2", f"first record is {self.first_kind}, not session_meta")
+            self.error(
+                self.first_line, "V-2", f"first record is {self.first_kind}, not session_meta"
+            )
         elif self.is_highest and self.only_head and self.index is not None and self.index > 1:
             self.residue = True
             self.warn(
@@ -895,8 +906,6 @@ class _Checker:
                 "crash residue: highest-index file holding only its rotation head, ignored by "
                 "readers (R-ROOT-10)",
             )
-
-    residue: bool = False
 
     def summary(self) -> _FileSummary:
         return _FileSummary(
@@ -975,7 +984,7 @@ def validate_file(
     if parsed is not None:
         candidates: Iterable[Path]
         if session_files is None:
-            candidates = (p for p in path.parent.glob("*.jsonl") if p.name.startswith(name_id or ""))
+            candidates = path.parent.glob(f"{glob.escape(parsed[0])}_*.jsonl")
         else:
             candidates = session_files
         for other in candidates:
@@ -1040,9 +1049,9 @@ def validate_paths(paths: Iterable[Path], *, strict: bool = False) -> list[Findi
         else:
             raise FileNotFoundError(f"No such file or directory: {p}")
         for q in found:
-            key = q.resolve()
-            if key not in seen:
-                seen.add(key)
+            resolved = q.resolve()
+            if resolved not in seen:
+                seen.add(resolved)
                 files.append(q)
 
     groups: dict[tuple[Path, str] | Path, list[Path]] = {}
@@ -1113,7 +1122,13 @@ def _index_findings(summaries: list[_FileSummary]) -> list[Finding]:
         assert s.index is not None
         if s.index in seen:
             out.append(
-                Finding(s.path, 0, "V-18", "warning", f"index {s.index} also used by {seen[s.index].name}")
+                Finding(
+                    s.path,
+                    0,
+                    "V-18",
+                    "warning",
+                    f"index {s.index} also used by {seen[s.index].name}",
+                )
             )
             continue
         seen[s.index] = s.path

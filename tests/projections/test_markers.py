@@ -88,7 +88,10 @@ def test_context_summary_wrap_and_detect_r_resume_16() -> None:
     ("text", "inner"),
     [
         ("[turn_aborted]\n  [text]a[/text]\n[/turn_aborted]", "  [text]a[/text]"),
-        ("[turn_retried]\n  [text]a[/text]\n  [text]b[/text]\n[/turn_retried]", "  [text]a[/text]\n  [text]b[/text]"),
+        (
+            "[turn_retried]\n  [text]a[/text]\n  [text]b[/text]\n[/turn_retried]",
+            "  [text]a[/text]\n  [text]b[/text]",
+        ),
         ("[turn_aborted]\n[/turn_aborted]", ""),
         ("[turn_aborted][/turn_aborted]", ""),
         ("[turn_retried]x[/turn_retried]", "x"),
@@ -344,7 +347,7 @@ def test_title_prompt_r_title_4() -> None:
         "the language the user writes in. Output the title only, without quotes or final "
         "punctuation."
     )
-    assert m.TITLE_PROMPT == head
+    assert head == m.TITLE_PROMPT
     assert m.title_prompt("Fix the bug") == f"{head}\n\n[User]\nFix the bug"
     assert m.title_prompt("Fix", "Done.") == f"{head}\n\n[User]\nFix\n\n[Assistant]\nDone."
     assert m.TITLE_MARKER_TAGS == (

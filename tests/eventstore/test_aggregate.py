@@ -1,0 +1,267 @@
+"""The partial aggregator: SPEC §3, R-AGG-1..6 (and R-STREAM-2/3 for what it rebuilds)."""
+
+from __future__ import annotations
+
+import random
+
+import msgspec
+import pytest
+
+from eventstore import OmniMessage, encode
+from eventstore import builders as b
+from eventstore.aggregate import PartialAggregator
+
+
+def ts(n: int) -> str:
+    return f"2026-07-18T03:10:{n:02d}.000Z"
+
+
+def feed_all(agg: PartialAggregator, msgs: list[OmniMessage]) -> list[OmniMessage]:
+    out: list[OmniMessage] = []
+    for m in msgs:
+        out += agg.feed(m)
+    return out
+
+
+def test_r_agg_1_non_partials_pass_through_unchanged_in_order() -> None:
+    agg = PartialAggregator()
+    msgs = [
+        b.request_begin(timestamp=ts(1)),
+        b.assistant_text("hi", timestamp=ts(2)),
+        b.tool_call_output("c1", "out", timestamp=ts(3), origin=["child"]),
+        b.request_end("completed", timestamp=ts(4)),
+    ]
+    for m in msgs:
+        (got,) = agg.feed(m)
+        assert got is m
+    assert agg.flush() == []
+
+
+def test_r_agg_5_text_segment_becomes_assistant_text() -> None:
+    agg = PartialAggregator()
+    assert agg.feed(b.partial_text("start", "", timestamp=ts(1))) == []
+    assert agg.feed(b.partial_text("delta", "Hel", timestamp=ts(2))) == []
+    assert agg.feed(b.partial_text("delta", "lo", timestamp=ts(3))) == []
+    assert agg.open_count == 1
+    (done,) = agg.feed(b.partial_text("stop", "!", timestamp=ts(4)))
+    assert done == b.assistant_text("Hello!", timestamp=ts(4))
+    assert agg.open_count == 0
+
+
+def test_r_agg_5_thinking_segment() -> None:
+    agg = PartialAggregator()
+    out = feed_all(
+        agg,
+        [
+            b.partial_thinking("start", "a", timestamp=ts(1)),
+            b.partial_thinking("delta", "b", timestamp=ts(2)),
+            b.partial_thinking("stop", "", timestamp=ts(3)),
+        ],
+    )
+    assert out == [b.thinking("ab", timestamp=ts(3))]
+
+
+def test_r_agg_5_tool_call_takes_the_last_non_empty_name() -> None:
+    """R-STREAM-3: start carries the name, later fragments may carry ``""``."""
+    agg = PartialAggregator()
+    out = feed_all(
+        agg,
+        [
+            b.partial_tool_call("start", "c1", name="read_file", timestamp=ts(1)),
+            b.partial_tool_call("delta", "c1", arguments='{"pa', timestamp=ts(2)),
+            b.partial_tool_call("delta", "c1", name="", arguments='th":1}', timestamp=ts(3)),
+            b.partial_tool_call("stop", "c1", timestamp=ts(4)),
+        ],
+    )
+    assert out == [b.tool_call("read_file", '{"path":1}', "c1", timestamp=ts(4))]
+    out = feed_all(
+        PartialAggregator(),
+        [
+            b.partial_tool_call("start", "c2", name="old", timestamp=ts(1)),
+            b.partial_tool_call("stop", "c2", name="new", timestamp=ts(2)),
+        ],
+    )
+    assert out[0].payload.name == "new"  # type: ignore[union-attr]
+
+
+def test_r_agg_5_tool_output_images_last_non_empty_list_wins() -> None:
+    agg = PartialAggregator()
+    out = feed_all(
+        agg,
+        [
+            b.partial_tool_call_output("start", "c1", "", timestamp=ts(1)),
+            b.partial_tool_call_output("delta", "c1", "ab", images=["data:a"], timestamp=ts(2)),
+            b.partial_tool_call_output("delta", "c1", "cd", images=["data:b", "data:c"]),
+            b.partial_tool_call_output("delta", "c1", "", images=[], timestamp=ts(3)),
+            b.partial_tool_call_output("stop", "c1", "", timestamp=ts(4)),
+        ],
+    )
+    assert out == [b.tool_call_output("c1", "abcd", images=["data:b", "data:c"], timestamp=ts(4))]
+
+
+def test_r_agg_5_tool_output_without_images_omits_the_key() -> None:
+    out = feed_all(
+        PartialAggregator(),
+        [
+            b.partial_tool_call_output("start", "c1", "x", timestamp=ts(1)),
+            b.partial_tool_call_output("stop", "c1", "y", timestamp=ts(2)),
+        ],
+    )
+    assert b'"images"' not in encode(out[0])
+    assert out == [b.tool_call_output("c1", "xy", timestamp=ts(2))]
+
+
+def test_r_agg_4_stop_reason_is_the_last_seen() -> None:
+    out = feed_all(
+        PartialAggregator(),
+        [
+            b.partial_text("start", "a", timestamp=ts(1)),
+            b.partial_text("delta", "b", stop_reason="failed", timestamp=ts(2)),
+            b.partial_text("stop", "", stop_reason="aborted", timestamp=ts(3)),
+        ],
+    )
+    assert out == [b.assistant_text("ab", stop_reason="aborted", timestamp=ts(3))]
+
+
+def test_r_agg_4_missing_stop_reason_reads_as_completed() -> None:
+    raw = b.partial_text("stop", "x", stop_reason="failed", timestamp=ts(1))
+    bare = msgspec.structs.replace(
+        raw, payload=msgspec.structs.replace(raw.payload, stop_reason=None)
+    )
+    out = feed_all(PartialAggregator(), [b.partial_text("start", "", stop_reason="failed"), bare])
+    assert out[0].payload.stop_reason == "completed"  # type: ignore[union-attr]
+
+
+def test_r_agg_4_delta_or_stop_without_start_opens_leniently() -> None:
+    agg = PartialAggregator()
+    assert agg.feed(b.partial_text("delta", "a", timestamp=ts(1))) == []
+    assert agg.open_count == 1
+    assert agg.feed(b.partial_text("stop", "b", timestamp=ts(2))) == [
+        b.assistant_text("ab", timestamp=ts(2))
+    ]
+    assert agg.feed(
+        b.partial_tool_call("stop", "c9", name="n", arguments="{}", timestamp=ts(3))
+    ) == [b.tool_call("n", "{}", "c9", timestamp=ts(3))]
+
+
+def test_r_agg_3_start_while_open_finalizes_the_open_segment_first() -> None:
+    agg = PartialAggregator()
+    agg.feed(b.partial_text("start", "one", timestamp=ts(1)))
+    agg.feed(b.partial_text("delta", "!", timestamp=ts(2)))
+    out = agg.feed(b.partial_text("start", "two", timestamp=ts(3)))
+    assert out == [b.assistant_text("one!", timestamp=ts(2))]
+    assert agg.feed(b.partial_text("stop", "", timestamp=ts(4))) == [
+        b.assistant_text("two", timestamp=ts(4))
+    ]
+
+
+def test_r_agg_2_fragments_are_keyed_by_type_and_tool_call_id() -> None:
+    agg = PartialAggregator()
+    out = feed_all(
+        agg,
+        [
+            b.partial_tool_call_output("start", "c1", "1", timestamp=ts(1)),
+            b.partial_tool_call_output("start", "c2", "A", timestamp=ts(2)),
+            b.partial_text("start", "t", timestamp=ts(3)),
+            b.partial_tool_call_output("delta", "c2", "B", timestamp=ts(4)),
+            b.partial_tool_call_output("delta", "c1", "2", timestamp=ts(5)),
+            b.partial_thinking("start", "th", timestamp=ts(6)),
+            b.partial_tool_call_output("stop", "c1", "3", timestamp=ts(7)),
+            b.partial_text("stop", "x", timestamp=ts(8)),
+            b.partial_tool_call_output("stop", "c2", "C", timestamp=ts(9)),
+        ],
+    )
+    assert out == [
+        b.tool_call_output("c1", "123", timestamp=ts(7)),
+        b.assistant_text("tx", timestamp=ts(8)),
+        b.tool_call_output("c2", "ABC", timestamp=ts(9)),
+    ]
+    assert agg.open_count == 1  # the thinking segment
+
+
+def test_r_agg_6_flush_emits_open_segments_in_opening_order() -> None:
+    agg = PartialAggregator()
+    feed_all(
+        agg,
+        [
+            b.partial_tool_call("start", "c2", name="b", timestamp=ts(1)),
+            b.partial_text("start", "hello", timestamp=ts(2)),
+            b.partial_tool_call("start", "c1", name="a", timestamp=ts(3)),
+            b.partial_tool_call("delta", "c2", arguments="{}", timestamp=ts(4)),
+        ],
+    )
+    assert agg.flush() == [
+        b.tool_call("b", "{}", "c2", timestamp=ts(4)),
+        b.assistant_text("hello", timestamp=ts(2)),
+        b.tool_call("a", "", "c1", timestamp=ts(3)),
+    ]
+    assert agg.flush() == []
+    assert agg.open_count == 0
+
+
+def test_r_agg_6_a_reopened_key_flushes_in_its_new_place() -> None:
+    agg = PartialAggregator()
+    agg.feed(b.partial_text("start", "a", timestamp=ts(1)))
+    agg.feed(b.partial_thinking("start", "b", timestamp=ts(2)))
+    agg.feed(b.partial_text("start", "c", timestamp=ts(3)))  # emits "a", re-opens text
+    assert [m.payload.type for m in agg.flush()] == ["thinking", "text"]  # type: ignore[union-attr]
+
+
+def test_forwarded_fragments_keep_their_origin() -> None:
+    start = msgspec.structs.replace(b.partial_text("start", "a", timestamp=ts(1)), origin=["kid"])
+    stop = msgspec.structs.replace(b.partial_text("stop", "b", timestamp=ts(2)), origin=["kid"])
+    (done,) = feed_all(PartialAggregator(), [start, stop])
+    assert done.origin == ["kid"]
+    assert done.payload == b.assistant_text("ab").payload
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_r_stream_2_aggregating_a_split_stream_rebuilds_the_complete_messages(seed: int) -> None:
+    """Splitting complete messages into random fragments and interleaving the segments of
+    different tool calls, the aggregator gives back exactly the complete messages."""
+    rng = random.Random(seed)
+    completes = [
+        b.assistant_text("".join(rng.choice("abc ") for _ in range(40)), timestamp=ts(1)),
+        b.thinking("ponder " * 5, timestamp=ts(1)),
+        b.tool_call("exec", '{"cmd":"ls -la"}', "c1", timestamp=ts(1)),
+        b.tool_call_output("c1", "file\n" * 7, timestamp=ts(1)),
+    ]
+
+    def pieces(s: str) -> list[str]:
+        cuts = sorted(rng.sample(range(len(s) + 1), 3))
+        return [s[: cuts[0]], s[cuts[0] : cuts[1]], s[cuts[1] : cuts[2]], s[cuts[2] :]]
+
+    stream: list[OmniMessage] = []
+    for c in completes:
+        p = c.payload
+        if p.type == "text":  # type: ignore[union-attr]
+            a, d1, d2, z = pieces(p.text)  # type: ignore[union-attr]
+            frags = [
+                b.partial_text(e, s, timestamp=ts(1))
+                for e, s in (("start", a), ("delta", d1), ("delta", d2), ("stop", z))
+            ]
+        elif p.type == "thinking":  # type: ignore[union-attr]
+            a, d1, d2, z = pieces(p.thinking)  # type: ignore[union-attr]
+            frags = [
+                b.partial_thinking(e, s, timestamp=ts(1))
+                for e, s in (("start", a), ("delta", d1), ("delta", d2), ("stop", z))
+            ]
+        elif p.type == "tool_call":  # type: ignore[union-attr]
+            a, d1, d2, z = pieces(p.arguments)  # type: ignore[union-attr]
+            frags = [b.partial_tool_call("start", "c1", name="exec", arguments=a, timestamp=ts(1))]
+            frags += [
+                b.partial_tool_call(e, "c1", arguments=s, timestamp=ts(1))
+                for e, s in (("delta", d1), ("delta", d2), ("stop", z))
+            ]
+        else:
+            a, d1, d2, z = pieces(p.output)  # type: ignore[union-attr]
+            frags = [
+                b.partial_tool_call_output(e, "c1", s, timestamp=ts(1))
+                for e, s in (("start", a), ("delta", d1), ("delta", d2), ("stop", z))
+            ]
+        stream += frags
+        stream.append(c)  # R-STREAM-1: the producer's own complete message follows its stop
+    agg = PartialAggregator()
+    out = feed_all(agg, stream)
+    # Each complete message appears twice: rebuilt by the aggregator, then passed through.
+    assert out == [m for c in completes for m in (c, c)]
