@@ -239,31 +239,26 @@ class LocalEnvironment:
         timeout_ms = self._timeout_ms(tool, args)
         deadline = anyio.current_time() + timeout_ms / 1000 if timeout_ms > 0 else math.inf
         out = _Output(self._max_output_length, self._scratchpad, call_id)
-        note: str | None = None
-        status: StopReason | None = None
-        images: list[str] | None = None
-        end = _End.DONE
-        raised: Exception | None = None
-        timer_fired = False
+        facts = _Facts()
         try:
             items: AsyncIterator[ToolItem] | None = None
             try:
                 if signal.aborted:
-                    end = _End.ABORTED
+                    facts.end = _End.ABORTED
                 else:
                     try:
                         items = _as_items(tool.run(args, ctx))
                     except Exception as exc:
-                        end, raised = _End.RAISED, exc
+                        facts.end, facts.raised = _End.RAISED, exc
                 while items is not None:
                     step = await _advance(items, signal, deadline)
-                    timer_fired = timer_fired or step.timer_fired
+                    facts.timer_fired = facts.timer_fired or step.timer_fired
                     item = step.item
                     if isinstance(item, _End):
-                        end = item
+                        facts.end = item
                         break
                     if isinstance(item, _Raised):
-                        end, raised = _End.RAISED, item.exc
+                        facts.end, facts.raised = _End.RAISED, item.exc
                         break
                     if isinstance(item, OmniMessage):
                         if item.origin:
@@ -271,18 +266,10 @@ class LocalEnvironment:
                         else:
                             _warn(f'tool "{tool.name}" yielded a message without origin; ignored')
                         continue
-                    if isinstance(item, ToolResult):
-                        text = item.output
-                        note = item.note or note
-                        status = item.status or status
-                        images = list(item.images) if item.images else images
-                    elif isinstance(item, str):
-                        text = item
-                    else:
-                        end = _End.RAISED
-                        raised = TypeError(
-                            f"tool produced {type(item).__name__}, not str/ToolResult"
-                        )
+                    text = facts.take(item)
+                    if text is None:
+                        facts.end = _End.RAISED
+                        facts.raised = TypeError(f"tool produced {type(item).__name__}")
                         break
                     if text:
                         delta = out.add(text)
@@ -292,14 +279,9 @@ class LocalEnvironment:
             finally:
                 if items is not None:
                     await _close(items)
-            # R-TOOL-3: the tool's terminal facts are frozen here, before any archive I/O, so a
-            # late abort cannot reclassify a finished call.
-            timed_out = end is _End.TIMEOUT or (end is _End.RAISED and timer_fired)
-            aborted = (
-                end is _End.ABORTED
-                or (end is _End.RAISED and signal.aborted)
-                or (status == "aborted" and not timed_out)
-            )
+            # R-TOOL-3: the verdict is frozen before any archive I/O, so a late abort cannot
+            # reclassify a call that has already ended.
+            stop_reason, final_note = facts.verdict(signal, timeout_ms)
             archive = await out.save() if out.truncated else None
 
             notes: list[str] = []
@@ -307,20 +289,10 @@ class LocalEnvironment:
                 notes.append(f"[output truncated: exceeded {self._max_output_length} chars]")
                 if archive is not None:
                     notes.append(f"[output archived: {archive}]")
-            if note:
-                notes.append(note)
-            stop_reason: StopReason
-            if aborted:
-                stop_reason = "aborted"
-                notes.append(ABORTED_NOTE)
-            elif timed_out:
-                stop_reason = "failed"
-                notes.append(f"[tool timeout: exceeded {timeout_ms}ms]")
-            elif raised is not None:
-                stop_reason = "failed"
-                notes.append(f"[tool error] {_describe(raised)}")
-            else:
-                stop_reason = status or "completed"
+            if facts.note:
+                notes.append(facts.note)
+            if final_note:
+                notes.append(final_note)
             content = out.text
             if not content and not notes:
                 notes.append(NO_OUTPUT)  # R-TOOL-4
@@ -328,12 +300,12 @@ class LocalEnvironment:
             if tail:
                 # R-STREAM-2: the notes are streamed too, so the fragments add up to the output.
                 yield partial_tool_call_output("delta", call_id, f"\n{tail}" if content else tail)
-            final_images = images if stop_reason == "completed" else None
-            if final_images:
-                yield partial_tool_call_output("delta", call_id, images=final_images)
+            images = facts.images if stop_reason == "completed" else None
+            if images:
+                yield partial_tool_call_output("delta", call_id, images=images)
             yield partial_tool_call_output("stop", call_id, stop_reason=stop_reason)
             full = f"{content}\n{tail}" if content and tail else content or tail
-            yield tool_call_output(call_id, full, stop_reason=stop_reason, images=final_images)
+            yield tool_call_output(call_id, full, stop_reason=stop_reason, images=images)
         finally:
             out.discard()
 
@@ -396,6 +368,45 @@ class _End(Enum):
     ABORTED = "aborted"
     TIMEOUT = "timeout"
     RAISED = "raised"
+
+
+@dataclass
+class _Facts:
+    """What is known about a call when its tool stops: how it ended and what it reported."""
+
+    end: _End = _End.DONE
+    raised: Exception | None = None
+    timer_fired: bool = False
+    note: str | None = None
+    status: StopReason | None = None
+    images: list[str] | None = None
+
+    def take(self, item: object) -> str | None:
+        """Record a content item's terminal facts; its text, or ``None`` if it is no item."""
+        if isinstance(item, str):
+            return item
+        if isinstance(item, ToolResult):
+            self.note = item.note or self.note
+            self.status = item.status or self.status
+            self.images = list(item.images) if item.images else self.images
+            return item.output
+        return None
+
+    def verdict(self, signal: AbortSignal, timeout_ms: int) -> tuple[StopReason, str | None]:
+        """R-TOOL-3: user abort > timeout > tool raised > tool self-report."""
+        raised = self.end is _End.RAISED
+        timed_out = self.end is _End.TIMEOUT or (raised and self.timer_fired)
+        if (
+            self.end is _End.ABORTED
+            or (raised and signal.aborted)
+            or (self.status == "aborted" and not timed_out)
+        ):
+            return "aborted", ABORTED_NOTE
+        if timed_out:
+            return "failed", f"[tool timeout: exceeded {timeout_ms}ms]"
+        if self.raised is not None:
+            return "failed", f"[tool error] {_describe(self.raised)}"
+        return self.status or "completed", None
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,9 @@ def _warn(text: str) -> None:
 class Session:
     """A conversation.  Use ``async with await Session.create(...) as session``."""
 
+    DEFAULT_COMPACTION: CompactionSettings = CompactionSettings()
+    DEFAULT_RETRY: RetryPolicy = RetryPolicy()
+
     def __init__(
         self,
         *,
@@ -126,7 +129,8 @@ class Session:
         fsync: FsyncPolicy,
         trace_path: Path,
         writer: TraceWriter | None = None,
-        records: Sequence[OmniMessage] = (),
+        context: ModelContext | None = None,
+        state: SessionState | None = None,
     ) -> None:
         self._llm = llm
         self._env = environment
@@ -143,11 +147,8 @@ class Session:
         self._fsync: FsyncPolicy = fsync
         self._trace_path = trace_path
         self._writer = writer
-        self._ctx = ModelContext()
-        self._state = SessionState()
-        for record in records:
-            self._ctx.apply(record)
-            self._state.apply(record)
+        self._ctx = context if context is not None else ModelContext()
+        self._state = state if state is not None else SessionState()
         self._meta_written = writer is not None
         self._tools: list[ToolDefinition] | None = None
         self._tool_list_record: OmniMessage | None = None
@@ -181,9 +182,9 @@ class Session:
         system_prompt: str = "",
         project: str = "default_project",
         agent: str = "default_agent",
-        compaction: CompactionSettings | None = CompactionSettings(),  # noqa: B008
+        compaction: CompactionSettings | None = DEFAULT_COMPACTION,
         max_turns: int = 100,
-        retry: RetryPolicy = RetryPolicy(),  # noqa: B008
+        retry: RetryPolicy = DEFAULT_RETRY,
         fsync: FsyncPolicy = "turn",
         source: Literal["subagent", "schedule"] | None = None,
     ) -> Session:

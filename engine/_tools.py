@@ -289,11 +289,9 @@ async def _exec_command(args: ExecCommandArgs, ctx: ToolContext) -> AsyncIterato
 async def _kill_group(proc: anyio.abc.Process) -> None:
     """SIGTERM the process group, SIGKILL it after a short grace, and reap the leader."""
     pgid = proc.pid
-    if not _signal_group(pgid, _signals.SIGTERM):
-        return
-    if not await _group_gone(pgid, _TERM_GRACE_S):
+    if _signal_group(pgid, _signals.SIGTERM) and not await _group_dies(pgid, _TERM_GRACE_S):
         _signal_group(pgid, _signals.SIGKILL)
-        await _group_gone(pgid, _KILL_WAIT_S)
+        await _group_dies(pgid, _KILL_WAIT_S)
     with anyio.move_on_after(_KILL_WAIT_S):
         await proc.wait()
 
@@ -308,15 +306,41 @@ def _signal_group(pgid: int, sig: int) -> bool:
     return True
 
 
-async def _group_gone(pgid: int, within_s: float) -> bool:
-    # A dead leader lingers as a zombie until the child watcher reaps it and orphans until init
-    # does; both happen promptly, so a short bounded poll suffices.
-    give_up = anyio.current_time() + within_s
-    while anyio.current_time() < give_up:
-        if not _signal_group(pgid, 0):
+def _group_alive(pgid: int) -> bool:
+    """Whether a member of the group still runs.
+
+    ``killpg(pgid, 0)`` also succeeds for zombies, and a killed shell's children are orphaned
+    zombies until init reaps them — which some container inits do only every few seconds, and a
+    non-init PID 1 never.  A zombie no longer runs, so on Linux the members' states are read
+    from ``/proc`` instead; elsewhere the ``killpg`` probe is the answer.
+    """
+    if not _signal_group(pgid, 0):
+        return False
+    try:
+        entries = [e.name for e in os.scandir("/proc") if e.name.isdigit()]
+    except OSError:
+        return True
+    for pid in entries:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                raw = f.read()
+        except OSError:
+            continue  # exited meanwhile
+        # Fields after the parenthesized command name: state, ppid, pgrp, ...
+        fields = raw[raw.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
             return True
+    return False
+
+
+async def _group_dies(pgid: int, within_s: float) -> bool:
+    give_up = anyio.current_time() + within_s
+    while True:
+        if not await anyio.to_thread.run_sync(_group_alive, pgid):
+            return True
+        if anyio.current_time() >= give_up:
+            return False
         await anyio.sleep(0.01)
-    return not _signal_group(pgid, 0)
 
 
 def exec_command_tool() -> Tool[ExecCommandArgs]:

@@ -56,10 +56,12 @@ def _wire_fields(cls: type[Any]) -> frozenset[str]:
     return frozenset(cls.__struct_encode_fields__) - {EXTRA_WIRE_NAME}
 
 
-_FIELDS: Final[dict[type[Any], frozenset[str]]] = {
-    cls: _wire_fields(cls)
-    for cls in (*MODEL_PAYLOAD_TYPES, *EVENT_PAYLOAD_TYPES, SessionMetaPayload)
-}
+_TYPED: Final[tuple[type[Any], ...]] = (
+    *MODEL_PAYLOAD_TYPES,
+    *EVENT_PAYLOAD_TYPES,
+    SessionMetaPayload,
+)
+_FIELDS: Final[dict[type[Any], frozenset[str]]] = {cls: _wire_fields(cls) for cls in _TYPED}
 
 
 # --------------------------------------------------------------------------- decode

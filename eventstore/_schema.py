@@ -94,7 +94,7 @@ class _Payload(
 # --------------------------------------------------------------------------- complete model_msg
 
 
-class TextPayload(_Payload, tag="text", kw_only=True):
+class TextPayload(_Payload, tag="text", kw_only=True, frozen=True):
     role: Role
     text: str
     stop_reason: StopReason | None = None
@@ -105,13 +105,13 @@ class TextPayload(_Payload, tag="text", kw_only=True):
         _empty_to_none(self, "fidelity")
 
 
-class ImageUrlPayload(_Payload, tag="image_url", kw_only=True):
+class ImageUrlPayload(_Payload, tag="image_url", kw_only=True, frozen=True):
     role: Role
     image_url: str
     stop_reason: StopReason | None = None
 
 
-class InlineDataPayload(_Payload, tag="inline_data", kw_only=True):
+class InlineDataPayload(_Payload, tag="inline_data", kw_only=True, frozen=True):
     role: Role
     data: str
     mime_type: str
@@ -122,7 +122,7 @@ class InlineDataPayload(_Payload, tag="inline_data", kw_only=True):
         _empty_to_none(self, "fidelity")
 
 
-class ThinkingPayload(_Payload, tag="thinking", kw_only=True):
+class ThinkingPayload(_Payload, tag="thinking", kw_only=True, frozen=True):
     role: Role
     thinking: str
     stop_reason: StopReason | None = None
@@ -132,7 +132,7 @@ class ThinkingPayload(_Payload, tag="thinking", kw_only=True):
         _empty_to_none(self, "fidelity")
 
 
-class InlineThinkingPayload(_Payload, tag="inline_thinking", kw_only=True):
+class InlineThinkingPayload(_Payload, tag="inline_thinking", kw_only=True, frozen=True):
     role: Role
     data: str
     mime_type: str
@@ -143,7 +143,7 @@ class InlineThinkingPayload(_Payload, tag="inline_thinking", kw_only=True):
         _empty_to_none(self, "fidelity")
 
 
-class ToolCallPayload(_Payload, tag="tool_call", kw_only=True):
+class ToolCallPayload(_Payload, tag="tool_call", kw_only=True, frozen=True):
     role: Role
     name: str
     arguments: str
@@ -155,7 +155,7 @@ class ToolCallPayload(_Payload, tag="tool_call", kw_only=True):
         _empty_to_none(self, "fidelity")
 
 
-class ToolCallOutputPayload(_Payload, tag="tool_call_output", kw_only=True):
+class ToolCallOutputPayload(_Payload, tag="tool_call_output", kw_only=True, frozen=True):
     role: Role
     output: str
     images: list[str] | None = None
@@ -166,21 +166,21 @@ class ToolCallOutputPayload(_Payload, tag="tool_call_output", kw_only=True):
 # --------------------------------------------------------------------------- partial model_msg
 
 
-class PartialTextPayload(_Payload, tag="partial_text", kw_only=True):
+class PartialTextPayload(_Payload, tag="partial_text", kw_only=True, frozen=True):
     role: Role
     event_type: EventType
     text: str
     stop_reason: StopReason | None = None
 
 
-class PartialThinkingPayload(_Payload, tag="partial_thinking", kw_only=True):
+class PartialThinkingPayload(_Payload, tag="partial_thinking", kw_only=True, frozen=True):
     role: Role
     event_type: EventType
     thinking: str
     stop_reason: StopReason | None = None
 
 
-class PartialToolCallPayload(_Payload, tag="partial_tool_call", kw_only=True):
+class PartialToolCallPayload(_Payload, tag="partial_tool_call", kw_only=True, frozen=True):
     role: Role
     event_type: EventType
     name: str
@@ -189,7 +189,7 @@ class PartialToolCallPayload(_Payload, tag="partial_tool_call", kw_only=True):
     stop_reason: StopReason | None = None
 
 
-class PartialToolCallOutputPayload(_Payload, tag="partial_tool_call_output", kw_only=True):
+class PartialToolCallOutputPayload(_Payload, tag="partial_tool_call_output", kw_only=True, frozen=True):
     role: Role
     event_type: EventType
     output: str
@@ -226,40 +226,40 @@ class ToolDefinition(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unk
     parameters: dict[str, Any] | None = None
 
 
-class RequestBeginPayload(_Payload, tag="request_begin", kw_only=True):
+class RequestBeginPayload(_Payload, tag="request_begin", kw_only=True, frozen=True):
     pass
 
 
-class RequestEndPayload(_Payload, tag="request_end", kw_only=True):
+class RequestEndPayload(_Payload, tag="request_end", kw_only=True, frozen=True):
     status: StopReason
     error_message: str | None = None
     attempt: int | None = None
     retry_in_ms: int | None = None
 
 
-class TokenUsagePayload(_Payload, tag="token_usage", kw_only=True):
+class TokenUsagePayload(_Payload, tag="token_usage", kw_only=True, frozen=True):
     session: TokenCounts
     request: TokenCounts
 
 
-class ApprovalDecisionPayload(_Payload, tag="approval_decision", kw_only=True):
+class ApprovalDecisionPayload(_Payload, tag="approval_decision", kw_only=True, frozen=True):
     decision: Approval
     tool_call_id: str
 
 
-class AbortPayload(_Payload, tag="abort", kw_only=True):
+class AbortPayload(_Payload, tag="abort", kw_only=True, frozen=True):
     # No default: R-MSG-5 requires `reason` on the wire even when it is null.
     reason: str | None
 
 
-class CompactionBeginPayload(_Payload, tag="compaction_begin", kw_only=True):
+class CompactionBeginPayload(_Payload, tag="compaction_begin", kw_only=True, frozen=True):
     reason: CompactionReason
     mode: CompactionMode
     context: int
     turns: int
 
 
-class CompactionEndPayload(_Payload, tag="compaction_end", kw_only=True):
+class CompactionEndPayload(_Payload, tag="compaction_end", kw_only=True, frozen=True):
     reason: CompactionReason
     mode: CompactionMode
     status: StopReason
@@ -267,25 +267,25 @@ class CompactionEndPayload(_Payload, tag="compaction_end", kw_only=True):
     error_message: str | None = None
 
 
-class ToolListReadyPayload(_Payload, tag="tool_list_ready", kw_only=True):
+class ToolListReadyPayload(_Payload, tag="tool_list_ready", kw_only=True, frozen=True):
     tools: list[ToolDefinition]
 
 
-class SubagentPayload(_Payload, tag="subagent", kw_only=True):
+class SubagentPayload(_Payload, tag="subagent", kw_only=True, frozen=True):
     session_id: str
 
 
-class McpConnectBeginPayload(_Payload, tag="mcp_connect_begin", kw_only=True):
+class McpConnectBeginPayload(_Payload, tag="mcp_connect_begin", kw_only=True, frozen=True):
     servers: list[str]
 
 
-class McpConnectEndPayload(_Payload, tag="mcp_connect_end", kw_only=True):
+class McpConnectEndPayload(_Payload, tag="mcp_connect_end", kw_only=True, frozen=True):
     status: Literal["completed", "failed", "aborted"]
     # Each result is kept as the object it is on the wire (R-MSG-23); the engine never reads them.
     results: list[dict[str, Any]]
 
 
-class GoalFinishedPayload(_Payload, tag="goal_finished", kw_only=True):
+class GoalFinishedPayload(_Payload, tag="goal_finished", kw_only=True, frozen=True):
     outcome: Literal["complete", "blocked", "budget_limited", "aborted"]
     rounds: int
     tokens_used: int

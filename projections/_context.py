@@ -176,6 +176,7 @@ class ModelContext:
         self._compaction_prompt: OmniMessage | None = None
         self._compaction_committed = False
         self._compaction_inputs: list[OmniMessage] = []
+        self._compaction_requests = 0
         self._last_span_texts: list[str] = []
         # Calls: order of every committed call; committed calls with no answer yet.
         self._call_seq: dict[str, int] = {}
@@ -241,6 +242,23 @@ class ModelContext:
     @property
     def in_compaction(self) -> bool:
         return self._compaction is not None
+
+    @property
+    def open_request_usage(self) -> bool:
+        """The open request recorded its ``token_usage`` (its stream finished, R-RESUME-7a)."""
+        return self._in_request and self._span_usage
+
+    @property
+    def open_attempt(self) -> int:
+        """The attempt number of the open request within its turn or compaction (R-RETRY-7)."""
+        if self._compaction is not None:
+            return self._compaction_requests
+        return len(self._turn.attempts) + 1 if self._turn is not None else 1
+
+    @property
+    def compaction_requests(self) -> int:
+        """Request spans inside the open compaction span (R-RESUME-14)."""
+        return self._compaction_requests if self._compaction is not None else 0
 
     def request_messages(self) -> list[OmniMessage]:
         """History plus the open request's input: the ``messages`` of the request being sent."""
@@ -363,6 +381,7 @@ class ModelContext:
             self._compaction_prompt = None
             self._compaction_committed = False
             self._compaction_inputs = []
+            self._compaction_requests = 0
             self._last_span_texts = []
         elif isinstance(p, CompactionEndPayload):
             self._end_compaction(record, p)
@@ -386,6 +405,8 @@ class ModelContext:
         self._span_usage = False
         self._span_begin_ts = record.timestamp
         self._in_request = True
+        if self._compaction is not None:
+            self._compaction_requests += 1
 
     def _snapshot_for_begin(self) -> list[OmniMessage]:
         snapshot = self._view()

@@ -1,0 +1,15 @@
+"""Resume, replay, golden files, validation and the ``penguin`` CLI — the outermost layer."""
+
+from __future__ import annotations
+
+from ._resume import load_session, resume_session
+from ._validate import Finding, validate_file, validate_paths, validate_session
+
+__all__ = [
+    "Finding",
+    "load_session",
+    "resume_session",
+    "validate_file",
+    "validate_paths",
+    "validate_session",
+]

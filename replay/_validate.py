@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import glob
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -236,7 +236,6 @@ class _Call:
     line: int
     completed: bool
     in_span: bool
-    in_compaction: bool
 
 
 @dataclass(slots=True)
@@ -346,17 +345,18 @@ class _Checker:
         self.finish()
 
     def feed(self, line: int, msg: OmniMessage) -> None:
-        self.n_records += 1
-        kind = _kind(msg)
         payload = msg.payload
-        if self.n_records == 1:
-            self.first_kind, self.first_line = kind, line
-        elif self.n_records == 2:
-            self.second_kind, self.second_line = kind, line
-        if not (
-            (self.n_records == 1 and kind == "session_meta")
-            or (self.n_records == 2 and kind == "tool_list_ready")
-        ):
+        kind = _KIND.get(type(payload)) or _kind(msg)
+        self.n_records += 1
+        n = self.n_records
+        if n <= 2:
+            if n == 1:
+                self.first_kind, self.first_line = kind, line
+                self.only_head = kind == "session_meta"
+            else:
+                self.second_kind, self.second_line = kind, line
+                self.only_head = self.only_head and kind == "tool_list_ready"
+        else:
             self.only_head = False
 
         if self.strict:
@@ -384,53 +384,16 @@ class _Checker:
 
         if isinstance(payload, UnknownPayload):
             self._check_unknown(line, msg, payload)
-            self._after(kind, line)
-            return
-
-        if isinstance(payload, SessionMetaPayload):
+        elif isinstance(payload, SessionMetaPayload):
             self._on_meta(line, payload)
-            self._after(kind, line)
-            return
-
-        self._check_sequencing(line, kind, payload)
-
-        if isinstance(payload, ToolCallOutputPayload):
-            self._check_role(line, payload, kind)
-            self._on_output(line, payload)
-        elif isinstance(payload, ToolCallPayload):
-            self._check_role(line, payload, kind)
-            self._on_call(line, payload)
-        elif isinstance(payload, TextPayload):
-            self._on_text(line, payload)
-        elif isinstance(payload, ThinkingPayload | InlineThinkingPayload | InlineDataPayload):
-            self._check_role(line, payload, kind)
-        elif isinstance(payload, ImageUrlPayload):
-            self._check_role(line, payload, kind)
-            self._boundary()
-        elif isinstance(payload, RequestBeginPayload):
-            self._on_request_begin(line)
-        elif isinstance(payload, RequestEndPayload):
-            self._on_request_end(line, payload)
-        elif isinstance(payload, TokenUsagePayload):
-            self._on_token_usage(line, payload)
-        elif isinstance(payload, ApprovalDecisionPayload):
-            self._on_decision(line, payload)
-        elif isinstance(payload, AbortPayload):
-            self._on_abort(line)
-        elif isinstance(payload, CompactionBeginPayload):
-            self._on_compaction_begin(line, payload)
-        elif isinstance(payload, CompactionEndPayload):
-            self._on_compaction_end(line, payload)
-        elif isinstance(payload, ToolListReadyPayload):
-            self.has_tool_list = True
-            self._boundary()
-        elif isinstance(payload, McpConnectEndPayload):
-            self._check_mcp(line, payload)
-        if msg.type == "model_msg":
-            self.first_model_seen = True
-        self._after(kind, line)
-
-    def _after(self, kind: str, line: int) -> None:
+        else:
+            if self.await_retry_line is not None or self.abort_line is not None:
+                self._check_sequencing(line, kind, payload)
+            handler = _HANDLERS.get(type(payload))
+            if handler is not None:
+                handler(self, line, payload)
+            if msg.type == "model_msg":
+                self.first_model_seen = True
         self.prev_kind, self.prev_line = kind, line
 
     # ----------------------------------------------------------------- V-13 / V-14
@@ -510,10 +473,18 @@ class _Checker:
         elif tag in other:
             self.error(line, "V-19", f"payload type {tag} in a {msg.type} envelope")
 
-    def _check_role(self, line: int, payload: Any, kind: str) -> None:
+    def _check_role(self, line: int, payload: Any) -> None:
         allowed = _ROLES.get(type(payload))
         if allowed is not None and payload.role not in allowed:
-            self.error(line, "V-19", f"{kind} with role {payload.role!r}")
+            self.error(line, "V-19", f"{_KIND[type(payload)]} with role {payload.role!r}")
+
+    def _on_image(self, line: int, payload: ImageUrlPayload) -> None:
+        self._check_role(line, payload)
+        self._boundary()
+
+    def _on_tool_list(self, line: int, payload: ToolListReadyPayload) -> None:
+        self.has_tool_list = True
+        self._boundary()
 
     def _check_mcp(self, line: int, payload: McpConnectEndPayload) -> None:
         for i, result in enumerate(payload.results):
@@ -549,15 +520,17 @@ class _Checker:
         self._boundary()
 
     def _on_call(self, line: int, payload: ToolCallPayload) -> None:
+        self._check_role(line, payload)
         completed = payload.stop_reason in (None, "completed")
         in_span = self.req_line is not None
         in_comp = self.comp_line is not None
-        self.calls[payload.tool_call_id] = _Call(line, completed, in_span, in_comp)
+        self.calls[payload.tool_call_id] = _Call(line, completed, in_span)
         if completed and in_span and not in_comp:
             self.window[payload.tool_call_id] = line
             self.span_calls.add(payload.tool_call_id)
 
     def _on_output(self, line: int, payload: ToolCallOutputPayload) -> None:
+        self._check_role(line, payload)
         cid = payload.tool_call_id
         if payload.output == _CRASH_PLACEHOLDER:
             self.warn(line, "V-15", f"resume placeholder written as the output of {cid}")
@@ -643,7 +616,7 @@ class _Checker:
                 f"approval_decision for {cid} after its output (line {self.outputs[cid]})",
             )
 
-    def _on_request_begin(self, line: int) -> None:
+    def _on_request_begin(self, line: int, payload: RequestBeginPayload) -> None:
         if self.req_line is not None:
             self.error(
                 line, "V-4", f"request_begin while the request of line {self.req_line} is open"
@@ -756,7 +729,7 @@ class _Checker:
             if problem:
                 self.warn(line, "V-11", f"token_usage.{name}: {problem}")
 
-    def _on_abort(self, line: int) -> None:
+    def _on_abort(self, line: int, payload: AbortPayload) -> None:
         self.abort_line = line
         self.abort_in_req = self.req_line is not None
         self.abort_in_comp = self.comp_line is not None
@@ -919,6 +892,25 @@ class _Checker:
             second_line=self.second_line,
             residue=self.residue,
         )
+
+
+_HANDLERS: Final[dict[type[Any], Callable[[_Checker, int, Any], None]]] = {
+    ToolCallOutputPayload: _Checker._on_output,
+    ToolCallPayload: _Checker._on_call,
+    TextPayload: _Checker._on_text,
+    ThinkingPayload: _Checker._check_role,
+    InlineThinkingPayload: _Checker._check_role,
+    ImageUrlPayload: _Checker._on_image,
+    RequestBeginPayload: _Checker._on_request_begin,
+    RequestEndPayload: _Checker._on_request_end,
+    TokenUsagePayload: _Checker._on_token_usage,
+    ApprovalDecisionPayload: _Checker._on_decision,
+    AbortPayload: _Checker._on_abort,
+    CompactionBeginPayload: _Checker._on_compaction_begin,
+    CompactionEndPayload: _Checker._on_compaction_end,
+    ToolListReadyPayload: _Checker._on_tool_list,
+    McpConnectEndPayload: _Checker._check_mcp,
+}
 
 
 def _shape_error(cls: type[Any], raw: dict[str, Any]) -> str:

@@ -79,12 +79,28 @@ def delta_text(msg: OmniMessage) -> str:
     return ""
 
 
-def group_exists(pgid: int) -> bool:
+def group_runs(pgid: int) -> bool:
+    """Whether any process of the group still runs.
+
+    ``killpg(pgid, 0)`` alone is not enough: a killed shell's children are orphaned zombies
+    (dead, not yet reaped) until init reaps them, which some container inits do only every
+    couple of seconds.  So a surviving group is checked member by member in ``/proc``.
+    """
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
-    return True
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat_line = (entry / "stat").read_text()
+        except OSError:
+            continue
+        state, _ppid, pgrp = stat_line.rsplit(")", 1)[1].split()[:3]
+        if int(pgrp) == pgid and state not in ("Z", "X"):
+            return True
+    return False
 
 
 # ---------------------------------------------------------------------------- exec_command
@@ -185,12 +201,14 @@ async def test_exec_decodes_utf8_incrementally_across_reads(
 
 async def test_exec_timeout_kills_the_process_group(env: LocalEnvironment) -> None:
     """R-TOOL-3: per-call timeout_ms; the whole group is gone when the output is complete."""
-    msgs = await execute(env, "exec_command", {"cmd": "echo $$; sleep 5", "timeout_ms": 500})
+    cmd = "echo $$; sleep 5; touch finished"
+    msgs = await execute(env, "exec_command", {"cmd": cmd, "timeout_ms": 500})
     out = framed(msgs)
     pgid_line, _, rest = out.output.partition("\n")
     assert rest == "\n[tool timeout: exceeded 500ms]"
     assert out.stop_reason == "failed"
-    assert not group_exists(int(pgid_line))
+    assert not group_runs(int(pgid_line))
+    assert not (env.workspace / "finished").exists()  # killed, not waited for
 
 
 async def test_exec_abort_kills_the_process_group(env: LocalEnvironment) -> None:
@@ -200,7 +218,7 @@ async def test_exec_abort_kills_the_process_group(env: LocalEnvironment) -> None
     pgid: int | None = None
     with anyio.fail_after(20):
         async for m in env.execute(
-            call("exec_command", {"cmd": "echo $$; echo started; sleep 30"}),
+            call("exec_command", {"cmd": "echo $$; echo started; sleep 30; touch finished"}),
             signal=signal,
             approve=None,
         ):
@@ -208,13 +226,14 @@ async def test_exec_abort_kills_the_process_group(env: LocalEnvironment) -> None
             seen = "".join(delta_text(x) for x in msgs)
             if pgid is None and "started\n" in seen:
                 pgid = int(seen.split()[0])
-                assert group_exists(pgid)
+                assert group_runs(pgid)
                 signal.abort()
     assert pgid is not None
     out = framed(msgs)
     assert out.output == f"{pgid}\nstarted\n\n{ABORTED}"
     assert out.stop_reason == "aborted"
-    assert not group_exists(pgid)
+    assert not group_runs(pgid)
+    assert not (env.workspace / "finished").exists()  # killed, not waited for
 
 
 async def test_exec_does_not_wait_for_a_background_child_holding_the_pipe(

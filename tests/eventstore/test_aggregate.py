@@ -7,7 +7,18 @@ import random
 import msgspec
 import pytest
 
-from eventstore import OmniMessage, encode
+from eventstore import (
+    OmniMessage,
+    PartialTextPayload,
+    PartialThinkingPayload,
+    PartialToolCallOutputPayload,
+    PartialToolCallPayload,
+    TextPayload,
+    ThinkingPayload,
+    ToolCallOutputPayload,
+    ToolCallPayload,
+    encode,
+)
 from eventstore import builders as b
 from eventstore.aggregate import PartialAggregator
 
@@ -204,7 +215,7 @@ def test_r_agg_6_a_reopened_key_flushes_in_its_new_place() -> None:
     agg.feed(b.partial_text("start", "a", timestamp=ts(1)))
     agg.feed(b.partial_thinking("start", "b", timestamp=ts(2)))
     agg.feed(b.partial_text("start", "c", timestamp=ts(3)))  # emits "a", re-opens text
-    assert [m.payload.type for m in agg.flush()] == ["thinking", "text"]  # type: ignore[union-attr]
+    assert [type(m.payload) for m in agg.flush()] == [ThinkingPayload, TextPayload]
 
 
 def test_forwarded_fragments_keep_their_origin() -> None:
@@ -215,53 +226,72 @@ def test_forwarded_fragments_keep_their_origin() -> None:
     assert done.payload == b.assistant_text("ab").payload
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_r_stream_2_aggregating_a_split_stream_rebuilds_the_complete_messages(seed: int) -> None:
-    """Splitting complete messages into random fragments and interleaving the segments of
-    different tool calls, the aggregator gives back exactly the complete messages."""
-    rng = random.Random(seed)
-    completes = [
-        b.assistant_text("".join(rng.choice("abc ") for _ in range(40)), timestamp=ts(1)),
-        b.thinking("ponder " * 5, timestamp=ts(1)),
-        b.tool_call("exec", '{"cmd":"ls -la"}', "c1", timestamp=ts(1)),
-        b.tool_call_output("c1", "file\n" * 7, timestamp=ts(1)),
-    ]
+def _segment(complete: OmniMessage, rng: random.Random) -> list[OmniMessage]:
+    """Split a complete message into start, two deltas and stop (R-STREAM-2)."""
+    p = complete.payload
+    t = complete.timestamp
 
     def pieces(s: str) -> list[str]:
-        cuts = sorted(rng.sample(range(len(s) + 1), 3))
+        cuts = sorted(rng.choices(range(len(s) + 1), k=3))
         return [s[: cuts[0]], s[cuts[0] : cuts[1]], s[cuts[1] : cuts[2]], s[cuts[2] :]]
 
+    events = ("start", "delta", "delta", "stop")
+    if isinstance(p, TextPayload):
+        return [
+            b.partial_text(e, s, timestamp=t) for e, s in zip(events, pieces(p.text), strict=True)
+        ]
+    if isinstance(p, ThinkingPayload):
+        return [
+            b.partial_thinking(e, s, timestamp=t)
+            for e, s in zip(events, pieces(p.thinking), strict=True)
+        ]
+    if isinstance(p, ToolCallPayload):
+        return [
+            b.partial_tool_call(
+                e, p.tool_call_id, name=p.name if e == "start" else "", arguments=s, timestamp=t
+            )
+            for e, s in zip(events, pieces(p.arguments), strict=True)
+        ]
+    assert isinstance(p, ToolCallOutputPayload)
+    return [
+        b.partial_tool_call_output(e, p.tool_call_id, s, timestamp=t)
+        for e, s in zip(events, pieces(p.output), strict=True)
+    ]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_r_stream_2_aggregating_interleaved_segments_rebuilds_the_complete_messages(
+    seed: int,
+) -> None:
+    """Complete messages split into fragments, the segments of different keys interleaved at
+    random: the aggregator gives back exactly the complete messages, in the order of their
+    stops (R-AGG-2, R-AGG-5, R-STREAM-2)."""
+    rng = random.Random(seed)
+    completes = [
+        b.assistant_text("".join(rng.choice("abc é") for _ in range(40)), timestamp=ts(1)),
+        b.thinking("ponder " * 5, timestamp=ts(2)),
+        b.tool_call("exec", '{"cmd":"ls -la"}', "c1", timestamp=ts(3)),
+        b.tool_call("read", '{"path":"x"}', "c2", timestamp=ts(4)),
+        b.tool_call_output("c1", "file\n" * 7, timestamp=ts(5)),
+        b.tool_call_output("c2", "", timestamp=ts(6)),
+    ]
+    segments = [_segment(c, rng) for c in completes]
     stream: list[OmniMessage] = []
-    for c in completes:
-        p = c.payload
-        if p.type == "text":  # type: ignore[union-attr]
-            a, d1, d2, z = pieces(p.text)  # type: ignore[union-attr]
-            frags = [
-                b.partial_text(e, s, timestamp=ts(1))
-                for e, s in (("start", a), ("delta", d1), ("delta", d2), ("stop", z))
-            ]
-        elif p.type == "thinking":  # type: ignore[union-attr]
-            a, d1, d2, z = pieces(p.thinking)  # type: ignore[union-attr]
-            frags = [
-                b.partial_thinking(e, s, timestamp=ts(1))
-                for e, s in (("start", a), ("delta", d1), ("delta", d2), ("stop", z))
-            ]
-        elif p.type == "tool_call":  # type: ignore[union-attr]
-            a, d1, d2, z = pieces(p.arguments)  # type: ignore[union-attr]
-            frags = [b.partial_tool_call("start", "c1", name="exec", arguments=a, timestamp=ts(1))]
-            frags += [
-                b.partial_tool_call(e, "c1", arguments=s, timestamp=ts(1))
-                for e, s in (("delta", d1), ("delta", d2), ("stop", z))
-            ]
-        else:
-            a, d1, d2, z = pieces(p.output)  # type: ignore[union-attr]
-            frags = [
-                b.partial_tool_call_output(e, "c1", s, timestamp=ts(1))
-                for e, s in (("start", a), ("delta", d1), ("delta", d2), ("stop", z))
-            ]
-        stream += frags
-        stream.append(c)  # R-STREAM-1: the producer's own complete message follows its stop
+    while any(segments):
+        seg = rng.choice([s for s in segments if s])
+        stream.append(seg.pop(0))
+    by_stop = {(m.timestamp, type(m.payload)): m for m in completes}
+    partial_to_complete = {
+        PartialTextPayload: TextPayload,
+        PartialThinkingPayload: ThinkingPayload,
+        PartialToolCallPayload: ToolCallPayload,
+        PartialToolCallOutputPayload: ToolCallOutputPayload,
+    }
+    want = [
+        by_stop[(m.timestamp, partial_to_complete[type(m.payload)])]
+        for m in stream
+        if m.payload.event_type == "stop"  # type: ignore[union-attr]
+    ]
     agg = PartialAggregator()
-    out = feed_all(agg, stream)
-    # Each complete message appears twice: rebuilt by the aggregator, then passed through.
-    assert out == [m for c in completes for m in (c, c)]
+    assert feed_all(agg, stream) == want
+    assert agg.flush() == []

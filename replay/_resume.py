@@ -1,0 +1,175 @@
+"""Resume: a Session continued from its trace (SPEC §13).
+
+Owns: locating the session, taking its lock before reading, the fold of its files (earlier
+files streamed for the session-wide counters, the latest file for the context), the closure of
+a dangling request or compaction (R-RESUME-14a, R-RESUME-14), and handing an ordinary
+``Session`` that appends to the same file.  Does not: rebuild the context itself — the
+projections do, exactly as they do for the live session (R-RESUME-18).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+
+from engine import LLM, Environment, Session
+from eventstore import (
+    DataRoot,
+    OmniMessage,
+    SessionMetaPayload,
+    TraceWriter,
+    UnknownPayload,
+    iter_trace,
+)
+from eventstore import builders as b
+from projections import ModelContext, SessionState
+from projections import _markers as mk
+
+__all__ = ["load_session", "resume_session"]
+
+
+def _meta_of(record: OmniMessage) -> OmniMessage | None:
+    """The session_meta record, minus a ``source`` this version does not know (R-RESUME-2)."""
+    if record.type != "session_meta":
+        return None
+    p = record.payload
+    if isinstance(p, SessionMetaPayload):
+        return record
+    if isinstance(p, UnknownPayload):
+        raw = {k: v for k, v in p.raw.items() if k != "source"}
+        try:
+            payload = msgspec.convert(raw, SessionMetaPayload)
+        except msgspec.ValidationError:
+            return None
+        return OmniMessage(record.timestamp, record.type, payload)
+    return None
+
+
+def load_session(
+    root: DataRoot, session_id: str, *, project: str | None = None, agent: str | None = None
+) -> tuple[list[Path], Path, ModelContext, SessionState, OmniMessage]:
+    """Fold a session's files without taking its lock (read-only inspection and resume).
+
+    Returns ``(files, latest, context, state, session_meta)``.  The context folds the latest
+    file only; the state folds every file up to it (R-PROJ-1, R-RESUME-11).
+    """
+    files = root.trace_files(session_id, project=project, agent=agent)
+    latest = root.latest_trace(session_id, project=project, agent=agent)
+    used = files[: files.index(latest) + 1]
+    state = SessionState()
+    for path in used[:-1]:
+        for record in iter_trace(path):
+            state.apply(record)
+    ctx = ModelContext()
+    meta: OmniMessage | None = None
+    for record in iter_trace(latest):
+        if meta is None:
+            meta = _meta_of(record)
+        ctx.apply(record)
+        state.apply(record)
+    if meta is None:
+        raise ValueError(f"{latest}: no session_meta record; the trace cannot be resumed")
+    return used, latest, ctx, state, meta
+
+
+async def resume_session(
+    root: DataRoot | str | Path | None,
+    session_id: str,
+    *,
+    llm: LLM,
+    environment: Environment,
+    workspace: str | Path | None = None,
+    project: str | None = None,
+    agent: str | None = None,
+    **options: Any,
+) -> Session:
+    """A ``Session`` that continues ``session_id``'s latest trace file (R-RESUME-1…3).
+
+    ``workspace`` overrides the recorded one (a trace from another machine); ``options`` are
+    ``Session.create``'s keyword options except ``system_prompt`` (the recorded one is kept).
+    Raises ``SessionLocked`` while another writer holds the session.
+    """
+    if "system_prompt" in options:
+        raise TypeError("resume_session() does not accept system_prompt: the recorded one is kept")
+    unknown = set(options) - {"compaction", "max_turns", "retry", "fsync"}
+    if unknown:
+        raise TypeError(f"resume_session() got unexpected options: {', '.join(sorted(unknown))}")
+    data_root = root if isinstance(root, DataRoot) else DataRoot(root)
+    location = data_root.locate(session_id, project=project, agent=agent)
+    latest = data_root.latest_trace(session_id, project=location.project, agent=location.agent)
+    fsync = options.get("fsync", "turn")
+    # R-TRACE-18a: the lock is taken before the trace is read, and the torn tail repaired.
+    writer = TraceWriter(latest, fsync=fsync, session_id=session_id)
+    try:
+        files, latest_now, ctx, state, meta = load_session(
+            data_root, session_id, project=location.project, agent=location.agent
+        )
+        if latest_now != latest:
+            raise RuntimeError(f"{latest}: the session's latest file changed while resuming")
+        payload = meta.payload
+        assert isinstance(payload, SessionMetaPayload)
+        ws = anyio.Path(workspace if workspace is not None else payload.workspace)
+        if not await ws.exists():
+            raise FileNotFoundError(f"workspace does not exist: {ws}")
+        if not await ws.is_dir():
+            raise NotADirectoryError(f"workspace is not a directory: {ws}")
+        for closure in _closures(ctx):
+            writer.append(closure)
+            ctx.apply(closure)
+            state.apply(closure)
+    except BaseException:
+        writer.close()
+        raise
+    session = Session(
+        llm=llm,
+        environment=environment,
+        root=data_root,
+        session_id=session_id,
+        project=location.project,
+        agent=location.agent,
+        date_dir=latest.parent.name,
+        workspace=Path(await ws.resolve()),
+        meta=meta,
+        compaction=options.get("compaction", Session.DEFAULT_COMPACTION),
+        max_turns=options.get("max_turns", 100),
+        retry=options.get("retry", Session.DEFAULT_RETRY),
+        fsync=fsync,
+        trace_path=latest,
+        writer=writer,
+        context=ctx,
+        state=state,
+    )
+    del files
+    return session
+
+
+def _closures(ctx: ModelContext) -> list[OmniMessage]:
+    """R-RESUME-14a then R-RESUME-14: close what a crash left open."""
+    out: list[OmniMessage] = []
+    if ctx.open_request:
+        completed = ctx.open_request_usage
+        attempt = ctx.open_attempt
+        if completed:
+            out.append(b.request_end("completed", attempt=attempt if attempt > 1 else None))
+        else:
+            out.append(
+                b.request_end(
+                    "aborted", error_message=mk.REQUEST_CLOSURE_ERROR, attempt=attempt
+                )
+            )
+    dangling = ctx.dangling_compaction
+    if dangling is not None:
+        reason, mode = dangling
+        out.append(
+            b.compaction_end(
+                reason,
+                mode,
+                "failed",
+                attempt=ctx.compaction_requests or None,
+                error_message=mk.COMPACTION_CLOSURE_ERROR,
+            )
+        )
+    return out
