@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import msgspec
 import pytest
@@ -20,6 +21,7 @@ from eventstore import (
     encode,
 )
 from eventstore import builders as b
+from eventstore._schema import EventType
 from eventstore.aggregate import PartialAggregator
 
 
@@ -235,7 +237,7 @@ def _segment(complete: OmniMessage, rng: random.Random) -> list[OmniMessage]:
         cuts = sorted(rng.choices(range(len(s) + 1), k=3))
         return [s[: cuts[0]], s[cuts[0] : cuts[1]], s[cuts[1] : cuts[2]], s[cuts[2] :]]
 
-    events = ("start", "delta", "delta", "stop")
+    events: tuple[EventType, ...] = ("start", "delta", "delta", "stop")
     if isinstance(p, TextPayload):
         return [
             b.partial_text(e, s, timestamp=t) for e, s in zip(events, pieces(p.text), strict=True)
@@ -280,7 +282,9 @@ def test_r_stream_2_aggregating_interleaved_segments_rebuilds_the_complete_messa
     while any(segments):
         seg = rng.choice([s for s in segments if s])
         stream.append(seg.pop(0))
-    by_stop = {(m.timestamp, type(m.payload)): m for m in completes}
+    by_stop: dict[tuple[str, type[Any]], OmniMessage] = {
+        (m.timestamp, type(m.payload)): m for m in completes
+    }
     partial_to_complete = {
         PartialTextPayload: TextPayload,
         PartialThinkingPayload: ThinkingPayload,

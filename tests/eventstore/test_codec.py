@@ -133,8 +133,9 @@ KNOWN_TAGS |= {"partial_tool_call_output"}
 texts = st.text(max_size=40)
 ints = st.integers(min_value=-(2**70), max_value=2**70)
 nonneg = st.integers(min_value=0, max_value=2**40)
-json_scalars = st.none() | st.booleans() | ints | st.floats(allow_nan=False, allow_infinity=False)
-json_scalars |= texts
+json_scalars: st.SearchStrategy[Any] = st.one_of(
+    st.none(), st.booleans(), ints, st.floats(allow_nan=False, allow_infinity=False), texts
+)
 json_values = st.recursive(
     json_scalars,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(texts, inner, max_size=4),
