@@ -49,6 +49,9 @@ class RetryPolicy(BaseModel):
     base_ms: int = Field(default=250, ge=0)
     cap_ms: int = Field(default=30000, ge=0)
     compaction_max_reconnects: int | None = Field(default=None, ge=0)
+    # The longest the engine waits for the model's next stream item (approvals excluded);
+    # None disables it.  A request that goes quiet this long ends as `timeout`.
+    request_timeout_ms: int | None = Field(default=None, gt=0)
 
     def delay_ms(self, retry: int) -> int:
         """The wait before retry ``retry`` (1-based): ``min(base·2^(retry−1), cap)``."""

@@ -195,8 +195,9 @@ class Session:
             raise FileNotFoundError(f"workspace does not exist: {workspace}")
         if not await ws.is_dir():
             raise NotADirectoryError(f"workspace is not a directory: {workspace}")
-        session_id = data_root.new_session_id()
-        date_dir = _dt.date.today().isoformat()
+        now = _dt.datetime.now()
+        session_id = data_root.new_session_id(now)
+        date_dir = now.date().isoformat()  # R-ROOT-3: the same local date as the id
         trace_path = data_root.trace_path(
             session_id, 1, project=project, agent=agent, date=date_dir
         )
@@ -661,8 +662,22 @@ class Session:
         called = False
         segments = _Segments()
         try:
+            idle_s = self._retry.request_timeout_ms / 1000 if self._retry.request_timeout_ms else None
             async with aclosing(_as_agen(self._llm.stream(request))) as stream:
-                async for item in stream:
+                while True:
+                    if idle_s is None:
+                        item = await anext(stream, None)
+                    else:
+                        with anyio.move_on_after(idle_s) as waited:
+                            item = await anext(stream, None)
+                        if waited.cancelled_caught:
+                            # The engine enforces the request timeout: a model that goes quiet
+                            # for longer is a transport failure, retried like any timeout.
+                            outcome = LLMOutcome("timeout", mk.request_timeout_message(
+                                self._retry.request_timeout_ms or 0))
+                            break
+                    if item is None:
+                        break
                     if isinstance(item, LLMOutcome):
                         outcome = item
                         break

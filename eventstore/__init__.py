@@ -13,7 +13,7 @@ from ._exceptions import (
     TraceWriteError,
 )
 from ._layout import DataRoot, SessionInfo, validate_id
-from ._reader import TraceRead, iter_trace, read_trace
+from ._reader import TraceRead, iter_trace, read_trace, scan_trace
 from ._schema import (
     AbortPayload,
     Approval,
@@ -106,5 +106,6 @@ __all__ = [
     "encode_line",
     "iter_trace",
     "read_trace",
+    "scan_trace",
     "validate_id",
 ]

@@ -82,12 +82,16 @@ class TraceRead(msgspec.Struct):
 def scan_trace(
     path: PathLike, *, max_line_bytes: int = MAX_LINE_BYTES
 ) -> Iterator[tuple[int, OmniMessage] | Diagnostic]:
-    """Stream one trace file: ``(line_no, record)`` for every record and a ``Diagnostic`` for
-    every skipped line, in line order (1-based, counting every physical line).
+    """Stream one trace file: ``(line_no, record)`` for every record and a ``Diagnostic``
+    (``malformed`` or ``torn_tail``) for every other non-blank line, in line order (1-based,
+    counting every physical line; blank lines are skipped silently, R-READ-1).
 
     Memory is bounded by ``max_line_bytes`` plus one chunk, whatever the file size.  Prints
-    nothing.  Raises ``FileNotFoundError`` at the call when the file does not exist.
+    nothing.  Raises ``FileNotFoundError`` at the call when the file does not exist, and
+    ``ValueError`` for a ``max_line_bytes`` below 3.
     """
+    if max_line_bytes < len(_BOM):
+        raise ValueError(f"max_line_bytes must be at least 3, got {max_line_bytes}")
     p = Path(path)
     os.stat(p)  # fail at the call, not at the first next()
     return _numbered(p, max_line_bytes)

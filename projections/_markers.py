@@ -73,6 +73,7 @@ __all__ = [
     "line_tool_output",
     "line_user_input",
     "max_turns_notice",
+    "request_timeout_message",
     "output_archived_note",
     "output_truncated_note",
     "steering_block",
@@ -191,6 +192,11 @@ def abort_trace_write_failed(detail: str) -> str:
 def abort_record_too_large(size: int) -> str:
     """R-TRACE-15a."""
     return f"{ABORT_TRACE_WRITE_FAILED_PREFIX}record too large ({size} bytes)"
+
+
+def request_timeout_message(timeout_ms: int) -> str:
+    """``error_message`` of a request the engine timed out (``RetryPolicy.request_timeout_ms``)."""
+    return f"request timed out: no response from the model for {timeout_ms} ms"
 
 
 def max_turns_notice(max_turns: int) -> str:

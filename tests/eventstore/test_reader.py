@@ -350,7 +350,7 @@ def test_r_trace_17_over_long_line_is_never_held_in_memory(tmp_path: Path) -> No
 def test_max_line_bytes_must_be_sane(tmp_path: Path) -> None:
     p = write(tmp_path / "t.jsonl", text("a"))
     with pytest.raises(ValueError, match="max_line_bytes"):
-        list(scan_trace(p, max_line_bytes=2))
+        scan_trace(p, max_line_bytes=2)
 
 
 # --------------------------------------------------------------------------- files
