@@ -71,6 +71,7 @@ from eventstore._schema import (
     ToolListReadyPayload,
     UnknownPayload,
 )
+from projections import _markers as mk
 
 __all__ = ["Finding", "Severity", "validate_file", "validate_paths", "validate_session"]
 
@@ -100,26 +101,11 @@ _FILE_NAME: Final = re.compile(r"(.+)_(\d{3,})\.jsonl")
 _MAX_LINE_BYTES: int = 256 * 1024 * 1024
 _SKIP_CHUNK: Final = 1 << 20
 
-_DENIAL_TEXT: Final = {
-    "deny": "Tool call denied by user.",
-    "forbidden": "Tool call denied by policy.",
-}
-_REPAIR_TEXT: Final = "[tool error] the compaction request expects a summary, not tool calls"
-_CRASH_PLACEHOLDER: Final = "[interrupted: process exited before the tool finished]"
+# The exact strings and block grammars are the projections' (one spelling, SPEC Appendix A).
+_DENIAL_TEXT: Final = {"deny": mk.DENIED_BY_USER, "forbidden": mk.DENIED_BY_POLICY}
 _RETRYABLE: Final = frozenset({"failed", "timeout", "malformed"})
-
-_SYNTHETIC_BLOCK: Final = (
-    re.compile(r"\[(turn_aborted|turn_retried)\]\n?([\s\S]*?)\n?\[/\1\]\s*"),
-    re.compile(r"<(turn_aborted|turn_retried)>\n?([\s\S]*?)\n?</\1>\s*"),
-)
-_STEERING: Final = re.compile(r"\[user_steering\]\n([\s\S]*?)\n\[/user_steering\]\s*")
-_SUMMARY_PREFIXES: Final = ("[context_summary]", "<context_summary>")
 _STEERING_PREFIXES: Final = ("[user_steering]", "<user_steering>")
 
-_SQUARE_PAIR: Final = re.compile(r"\[summary\]([\s\S]*?)\[/summary\]")
-_ANGLE_PAIR: Final = re.compile(r"<summary>([\s\S]*?)</summary>")
-_SQUARE_STRAY: Final = re.compile(r"\[/?summary\]")
-_ANGLE_STRAY: Final = re.compile(r"</?summary>")
 
 _MODEL_TAGS: Final[dict[str, type[Any]]] = {
     cls.__struct_config__.tag: cls  # type: ignore[misc]
@@ -144,23 +130,6 @@ _ROLES: Final[dict[type[Any], frozenset[str]]] = {
 }
 _MCP_TRANSPORTS: Final = frozenset({"stdio", "http", "sse"})
 _MCP_STATUSES: Final = frozenset({"completed", "failed", "aborted"})
-
-
-def _extract_summary(output: str) -> str:
-    """R-COMPACT-10: the summary in a compaction reply ("" when there is none)."""
-
-    def strip(t: str) -> str:
-        t = _SQUARE_PAIR.sub("", t)
-        t = _SQUARE_STRAY.sub("", t)
-        t = _ANGLE_PAIR.sub("", t)
-        return _ANGLE_STRAY.sub("", t)
-
-    for pair in (_SQUARE_PAIR, _ANGLE_PAIR):
-        for m in pair.finditer(output):
-            found = strip(m.group(1)).strip()
-            if found:
-                return found
-    return strip(output).strip()
 
 
 def _kind(msg: OmniMessage) -> str:
@@ -504,7 +473,7 @@ class _Checker:
                 self.span_texts.append(body)
             return
         if body.startswith(("[", "<")):
-            if body.startswith(_SUMMARY_PREFIXES):
+            if mk.is_context_summary(body):
                 # V-6 [ours]: only the new context's first input may be a summary.
                 if self.first_model_seen:
                     self.warn(
@@ -513,9 +482,9 @@ class _Checker:
                 elif self.index is not None and self.index < 2:
                     self.warn(line, "V-6", "[context_summary] in a file with index 1")
             elif body.startswith(_STEERING_PREFIXES):
-                if not _STEERING.fullmatch(body):
+                if not mk.is_steering(body):
                     self.warn(line, "V-16", "steering text does not match R-STEER-9 exactly")
-            elif any(p.fullmatch(body) for p in _SYNTHETIC_BLOCK):
+            elif mk.unwrap_synthetic_block(body) is not None:
                 self.warn(line, "V-15", "synthesized [turn_aborted]/[turn_retried] block written")
         self._boundary()
 
@@ -532,7 +501,7 @@ class _Checker:
     def _on_output(self, line: int, payload: ToolCallOutputPayload) -> None:
         self._check_role(line, payload)
         cid = payload.tool_call_id
-        if payload.output == _CRASH_PLACEHOLDER:
+        if payload.output == mk.PLACEHOLDER_CRASH:
             self.warn(line, "V-15", f"resume placeholder written as the output of {cid}")
         self.window.pop(cid, None)
         self.suspects.pop(cid, None)
@@ -564,7 +533,7 @@ class _Checker:
 
         if self.comp_line is not None:
             # V-9: inside a compaction span every output is a repair (R-COMPACT-14).
-            if payload.output != _REPAIR_TEXT or payload.stop_reason != "failed":
+            if payload.output != mk.COMPACTION_REPAIR or payload.stop_reason != "failed":
                 self.error(
                     line,
                     "V-9",
@@ -778,7 +747,7 @@ class _Checker:
         self.comp_line = None
         self.missing_retry_line = None
         if payload.status == "completed":
-            void = payload.mode == "summarize" and not _extract_summary(
+            void = payload.mode == "summarize" and not mk.extract_summary(
                 "".join(self.last_completed_texts)
             )
             if void:
@@ -823,7 +792,7 @@ class _Checker:
         if (
             isinstance(payload, TextPayload)
             and payload.role == "user"
-            and payload.text.startswith(_SUMMARY_PREFIXES)
+            and mk.is_context_summary(payload.text)
         ):
             return  # stamped with its compaction_end's time (R-PROJ-3a)
         key = _ts_key(msg.timestamp)

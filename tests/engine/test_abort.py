@@ -387,3 +387,16 @@ async def test_abort_from_another_thread(env: Env) -> None:
                 await anyio.to_thread.run_sync(signal.abort)
         check_trace(session, stream)
     last_is_abort(stream)
+
+
+async def test_auth_after_retries_merges_one_block(env: Env, tmp_path: Path) -> None:
+    """R-CARRY-6: an abort after failed retries gives ONE [turn_aborted] block holding the
+    former [turn_retried] lines and no [turn_retried] tag."""
+    script = [[{"text": "first"}, {"fail": {"status": "timeout", "message": "t"}}],
+              [{"text": "second"}, {"fail": {"status": "auth", "message": "expired"}}]]
+    stream, carry, _ = await run_scenario(env, tmp_path, script, trigger=never)
+    last_is_abort(stream, "llm request error: expired")
+    assert [m.payload.text for m in carry] == [  # type: ignore[union-attr]
+        "[turn_aborted]\n  [user_input]go[/user_input]\n  [text]first[/text]\n"
+        "  [text]second[/text]\n[/turn_aborted]"
+    ]

@@ -245,3 +245,20 @@ async def test_resume_after_compaction_events(env: Env, tmp_path: Path, point: s
         await collect(resumed.run([prompt]))
         check_trace(resumed)
     assert rest.requests[-1].messages == live.messages
+
+
+async def test_manual_discard_drops_carry_over(env: Env) -> None:
+    """R-COMPACT-27: manual discard drops the whole carry-over; the next run starts empty."""
+    script = [[{"text": "a"}, {"fail": {"status": "auth"}}], [{"text": "b"}]]
+    session, llm = await make_session(env, [[{"text": "x"}], *script],
+                                      compaction=CompactionSettings(mode="discard"))
+    async with session:
+        await collect(session.run([b.user_text("one")]))
+        await collect(session.run([b.user_text("two")]))
+        assert session.context.pending  # the auth failure left a carry-over
+        assert await session.compact() == "completed"
+        assert session.context.pending == []
+        await collect(session.run([b.user_text("three")]))
+        records = check_trace(session)
+    assert texts(llm.requests[-1].messages) == ["three"]
+    assert [(e.reason, e.mode, e.status) for e in ends(records)] == [("manual", "discard", "completed")]

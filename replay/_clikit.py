@@ -1,0 +1,295 @@
+"""Plumbing shared by the ``penguin`` commands.
+
+Owns: the global options (``Globals``), the CLI's error type and its exit codes, consoles that
+never interpret untrusted text, JSON output on stdout, telling a trace file from anything else,
+and resolving a ``SESSION_ID|PATH`` argument to trace files.  Does not: print command results
+(the command modules do) or read records beyond the first lines of a file.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import re
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from rich.console import Console
+
+from eventstore import DataRoot, SessionLocked, TraceError, decode, validate_id
+
+from ._safe import safe, safe_json
+
+__all__ = [
+    "CliError",
+    "Globals",
+    "Target",
+    "err_console",
+    "errors_to_exit_codes",
+    "find_trace_files",
+    "out_console",
+    "resolve_target",
+    "sniff_trace",
+    "trace_name",
+    "write_json",
+]
+
+_TRACE_NAME: Final = re.compile(r"^(.+)_(\d{3,})\.jsonl\Z")
+_SNIFF_BYTES: Final = 64 * 1024
+_SNIFF_LINES: Final = 64
+
+
+class CliError(Exception):
+    """A failure the CLI reports in one line on stderr and turns into an exit code."""
+
+    def __init__(self, message: str, *, code: int = 2) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+@dataclass(slots=True)
+class Globals:
+    """``--home/--project/--agent``; ``home`` None means ``$PENGUIN_HOME`` or the default."""
+
+    home: Path | None = None
+    project: str | None = None
+    agent: str | None = None
+
+    def root(self) -> DataRoot:
+        return DataRoot(self.home)
+
+
+def _no_color() -> bool:
+    # https://no-color.org: any non-empty value disables colour.
+    return bool(os.environ.get("NO_COLOR"))
+
+
+def out_console() -> Console:
+    """stdout, with markup, emoji codes and highlighting off: text is printed as given."""
+    return Console(
+        highlight=False, markup=False, emoji=False, no_color=_no_color(), soft_wrap=False
+    )
+
+
+def err_console() -> Console:
+    return Console(
+        stderr=True, highlight=False, markup=False, emoji=False, no_color=_no_color()
+    )
+
+
+def write_json(value: Any) -> None:
+    """One JSON document on stdout, never through rich."""
+    sys.stdout.write(safe_json(value) + "\n")
+    sys.stdout.flush()
+
+
+@contextmanager
+def errors_to_exit_codes(*, as_json: bool = False) -> Iterator[None]:
+    """Turn expected failures into a one-line message on stderr and exit code 2.
+
+    ``KeyboardInterrupt`` becomes exit 130.  ``PENGUIN_DEBUG=1`` re-raises, for a traceback.
+    """
+    import typer  # local: keeps this module importable without the CLI stack in tests
+
+    debug = os.environ.get("PENGUIN_DEBUG") == "1"
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except CliError as exc:
+        _fail(exc.message)
+        raise typer.Exit(exc.code) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    except SessionLocked as exc:
+        if debug:
+            raise
+        holder = f"process {exc.holder_pid}" if exc.holder_pid is not None else "another process"
+        _fail(
+            f"session {exc.session_id} is in use: locked by {holder} ({exc.path}); "
+            "wait for it to finish or stop that process"
+        )
+        raise typer.Exit(2) from None
+    except (OSError, ValueError, LookupError, TraceError, TypeError) as exc:
+        if debug:
+            raise
+        _fail(str(exc) or type(exc).__name__)
+        raise typer.Exit(2) from None
+    except Exception as exc:
+        if debug:
+            raise
+        _fail(f"internal error: {type(exc).__name__}: {exc} (PENGUIN_DEBUG=1 shows a traceback)")
+        raise typer.Exit(2) from None
+
+
+def _fail(message: str) -> None:
+    err_console().print("penguin: " + safe(message), style="red", soft_wrap=True)
+
+
+# --------------------------------------------------------------------------- trace files
+
+
+def trace_name(path: Path) -> tuple[str, int] | None:
+    """``(session_id, index)`` of a ``<id>_<NNN>.jsonl`` file name, else None."""
+    m = _TRACE_NAME.match(path.name)
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+def sniff_trace(path: Path) -> None:
+    """Raise ``CliError`` (exit 2) unless ``path`` looks like a trace file.
+
+    A trace is UTF-8 text without NUL bytes in which one of the first complete non-blank lines
+    decodes as an OmniMessage record.  An empty file is a (crash-residue) trace; a file whose
+    first line is longer than the sniffed prefix passes when it starts like a JSON object.
+    """
+    shown = safe(str(path), keep_newlines=False)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_SNIFF_BYTES)
+            more = bool(f.read(1))
+    except IsADirectoryError:
+        raise CliError(f"{shown}: is a directory") from None
+    except PermissionError:
+        raise CliError(f"{shown}: permission denied") from None
+    if not head:
+        return
+    if b"\x00" in head:
+        raise CliError(f"{shown}: binary file, not a trace")
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=not more)
+    except UnicodeDecodeError:
+        raise CliError(f"{shown}: not UTF-8 text, not a trace") from None
+    if head.startswith(codecs.BOM_UTF8):
+        head = head[len(codecs.BOM_UTF8) :]
+    lines = head.split(b"\n")
+    if more:
+        lines.pop()  # cut by the sniff limit
+    candidates = [line for line in lines if line.strip()][:_SNIFF_LINES]
+    for line in candidates:
+        try:
+            decode(line.strip())
+        except Exception:
+            continue
+        return
+    if not candidates and head.lstrip().startswith(b"{"):
+        return  # one line longer than the sniffed prefix
+    raise CliError(f"{shown}: not a trace (no line is an OmniMessage record)")
+
+
+def find_trace_files(directory: Path) -> list[Path]:
+    """Every ``*.jsonl`` file under ``directory``, sorted."""
+    return sorted(p for p in directory.rglob("*.jsonl") if p.is_file())
+
+
+@dataclass(slots=True)
+class Target:
+    """What a ``SESSION_ID|PATH`` argument named.
+
+    ``session_id`` is set for a session found in the data root (``files`` are then all its
+    files) and for a directory or file whose names carry one session id.
+    """
+
+    files: list[Path]
+    session_id: str | None = None
+    in_root: bool = False
+    project: str | None = None
+    agent: str | None = None
+    label: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _looks_like_id(text: str) -> bool:
+    try:
+        validate_id(text, what="session id")
+    except ValueError:
+        return False
+    return True
+
+
+def resolve_target(arg: str, g: Globals) -> Target:
+    """A session id in the data root, a trace file, or a directory holding one session's files.
+
+    Exit-2 failures: a missing path, an unknown session, a directory without trace files or
+    with several sessions, a file that is not a trace.
+    """
+    path = Path(arg)
+    shown = safe(arg, keep_newlines=False)
+    if path.is_dir():
+        files = find_trace_files(path)
+        if not files:
+            raise CliError(f"{shown}: no trace files (*.jsonl) in this directory")
+        ids = sorted({(trace_name(p) or (p.stem, 0))[0] for p in files})
+        if len(ids) > 1:
+            listed = ", ".join(safe(i, keep_newlines=False) for i in ids[:5])
+            more = ", …" if len(ids) > 5 else ""
+            raise CliError(
+                f"{shown}: holds {len(ids)} sessions ({listed}{more}); name one session or file"
+            )
+        for p in files:
+            sniff_trace(p)
+        files.sort(key=lambda p: (trace_name(p) or ("", 0))[1])
+        return Target(files=files, session_id=ids[0], label=str(path))
+    if path.exists():
+        sniff_trace(path)
+        name = trace_name(path)
+        return Target(files=[path], session_id=name[0] if name else None, label=str(path))
+    if _looks_like_id(arg):
+        root = g.root()
+        try:
+            files = root.trace_files(arg, project=g.project, agent=g.agent)
+            location = root.locate(arg, project=g.project, agent=g.agent)
+        except FileNotFoundError:
+            raise CliError(
+                f"unknown session: {shown} (no such session under {safe(str(root.home))}, "
+                "and no such file)"
+            ) from None
+        return Target(
+            files=files,
+            session_id=arg,
+            in_root=True,
+            project=location.project,
+            agent=location.agent,
+            label=arg,
+        )
+    raise CliError(f"{shown}: no such file or directory")
+
+
+def latest_session_id(g: Globals) -> str:
+    """R-ROOT-8: the latest session of the given (or default) project and agent."""
+    root = g.root()
+    kwargs: dict[str, str] = {}
+    if g.project is not None:
+        kwargs["project"] = g.project
+    if g.agent is not None:
+        kwargs["agent"] = g.agent
+    sid = root.latest_session(**kwargs)
+    if sid is None:
+        where = f"{g.project or 'default_project'}/{g.agent or 'default_agent'}"
+        raise CliError(f"no sessions yet for {where} under {safe(str(root.home))}")
+    return sid
+
+
+def group_sessions(files: Iterable[Path]) -> dict[tuple[Path, str] | Path, list[Path]]:
+    """Files grouped into sessions as the validator groups them: by the id in the name within
+    one ``traces`` directory (the parent of the date directories)."""
+    groups: dict[tuple[Path, str] | Path, list[Path]] = {}
+    for q in files:
+        info = trace_name(q)
+        key: tuple[Path, str] | Path = (q.resolve().parent.parent, info[0]) if info else q
+        groups.setdefault(key, []).append(q)
+    return groups
+
+
+def total_bytes(files: Sequence[Path]) -> int:
+    size = 0
+    for f in files:
+        try:
+            size += f.stat().st_size
+        except OSError:
+            continue
+    return size
