@@ -85,6 +85,9 @@ class _Run:
     thinking_level: str | None
     done: anyio.Event = field(default_factory=anyio.Event)
     consumer_gone: bool = False
+    # An error that ended the run outside the loop's own paths (e.g. a steering image fold that
+    # failed, R-STEER-6): raised out of ``run()`` once the stream has drained.
+    error: BaseException | None = None
 
     def push(self, msg: OmniMessage) -> None:
         if not self.consumer_gone:
@@ -447,6 +450,8 @@ class Session:
                 async for msg in recv:
                     yield msg
             finished = True
+            if run.error is not None:
+                raise run.error
         finally:
             if not finished:
                 run.consumer_gone = True
@@ -458,11 +463,14 @@ class Session:
     async def _drive(self, run: _Run, prompt: list[OmniMessage]) -> None:
         try:
             await self._task(run, prompt)
-        except BaseException as exc:
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as exc:
             failure = _first_write_failure(exc)
             if failure is None:
-                raise
-            self._end_by_write_failure(run, failure)
+                run.error = exc
+            else:
+                self._end_by_write_failure(run, failure)
         finally:
             self._steering.clear()  # R-CARRY-11
             self._title_capturing = False

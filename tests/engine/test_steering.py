@@ -174,3 +174,30 @@ async def test_steering_during_compaction_delivered_after(env: Env) -> None:
         "text", "request_begin", "text", "token_usage", "request_end"
     ]
     assert isinstance(complete(stream)[-5].payload, TextPayload)
+
+
+async def test_failed_steering_fold_raises_out_of_run(env: Env, tmp_path: Path) -> None:
+    """R-STEER-6: a fold that fails ends the run by raising its error; no abort event and no
+    further request."""
+    gated = GatedEnvironment()
+    script = {"tools": TOOLS, "vision": False, "responses": [
+        [{"tool_call": {"name": "t", "arguments": {}, "id": "a"}}], [{"text": "never"}]]}
+    session, llm = await make_session(env, script, environment=gated)
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+
+    stream: list[OmniMessage] = []
+
+    async def on(msg: OmniMessage) -> None:
+        stream.append(msg)
+        if isinstance(msg.payload, RequestEndPayload):
+            session._root = type(session._root)(blocker)  # the scratchpad cannot be created
+            session.steer([b.user_text("see"), b.image_url(PNG)])
+            gated.release("a")
+
+    async with session:
+        with pytest.raises(OSError):
+            await collect(session.run([b.user_text("go")], approve=allow_all), on=on)
+        assert not session.running
+    assert len(llm.requests) == 1
+    assert kinds(stream)[-1] == "tool_call_output"  # no abort event after it
