@@ -23,6 +23,7 @@ from ._protocols import (
 )
 from ._session import Compactability, Session
 from ._signal import AbortSignal
+from ._subagent import SessionSubagentRunner, SubagentOutcome, SubagentRunner, subagent_tool
 from ._tools import Tool, ToolError, ToolResult, builtin_tools
 
 __all__ = [
@@ -41,6 +42,9 @@ __all__ = [
     "Session",
     "SessionBroken",
     "SessionBusy",
+    "SessionSubagentRunner",
+    "SubagentOutcome",
+    "SubagentRunner",
     "Tool",
     "ToolContext",
     "ToolDefinition",
@@ -49,4 +53,5 @@ __all__ = [
     "allow_all",
     "builtin_tools",
     "deny_all",
+    "subagent_tool",
 ]

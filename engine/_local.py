@@ -12,7 +12,8 @@ group or cancel scope across its ``yield``s.  Instead it advances the tool one i
 each advance runs inside a cancel scope carrying the call's deadline and a task group in which
 ``signal.wait()`` cancels the advance when the user aborts.  A cancelled tool is then closed
 (``aclose`` under a shield) before the closing fragments are emitted, so its resources (e.g. a
-process group) are gone by the time the complete output is seen.
+process group) are gone by the time the complete output is seen.  A ``Tool`` declared
+``interruptible=False`` (``run_subagent``) is not cancelled on abort: it ends by itself.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from eventstore.builders import partial_tool_call_output, tool_call_output
 
 from ._protocols import ApproveFn
 from ._signal import AbortSignal
+from ._subagent import SubagentRunner, subagent_tool
 from ._tools import Tool, ToolError, ToolItem, ToolResult, builtin_tools
 
 __all__ = [
@@ -119,6 +121,9 @@ class LocalEnvironment:
     disables truncation) and ``default_timeout_ms`` (``<= 0`` disables it; a ``Tool`` or an
     ``exec_command`` call may override it) apply to every call.
 
+    ``subagents`` (a ``SubagentRunner``) adds the ``run_subagent`` tool (SPEC §11); the runner
+    is injected so that the environment never depends on the layers that run sessions.
+
     The scratchpad receives the full text of truncated outputs.  The engine learns the session's
     scratchpad only once it has allocated the session id, so it may be given later with
     ``bind_scratchpad``; without one, truncated outputs carry no archive note.
@@ -132,6 +137,7 @@ class LocalEnvironment:
         max_output_length: int = _DEFAULT_MAX_OUTPUT,
         default_timeout_ms: int = _DEFAULT_TIMEOUT_MS,
         scratchpad: str | os.PathLike[str] | None = None,
+        subagents: SubagentRunner | None = None,
     ) -> None:
         ws = Path(workspace)
         if not ws.exists():
@@ -140,6 +146,8 @@ class LocalEnvironment:
             raise NotADirectoryError(f"workspace is not a directory: {ws}")
         self._workspace = ws.resolve()
         registered = builtin_tools() if tools is None else list(tools)
+        if subagents is not None:
+            registered.append(subagent_tool(subagents))
         self._tools: dict[str, Tool[Any]] = {}
         for tool in registered:
             if tool.name in self._tools:
@@ -250,8 +258,10 @@ class LocalEnvironment:
                         items = _as_items(tool.run(args, ctx))
                     except Exception as exc:
                         facts.end, facts.raised = _End.RAISED, exc
+                # A non-interruptible tool ends by itself once the signal fires (Tool docs).
+                watched = signal if tool.interruptible else None
                 while items is not None:
-                    step = await _advance(items, signal, deadline)
+                    step = await _advance(items, watched, deadline)
                     facts.timer_fired = facts.timer_fired or step.timer_fired
                     item = step.item
                     if isinstance(item, _End):
@@ -456,16 +466,20 @@ async def _cancel_on_abort(signal: AbortSignal, scope: anyio.CancelScope) -> Non
     scope.cancel()
 
 
-async def _advance(items: AsyncIterator[ToolItem], signal: AbortSignal, deadline: float) -> _Step:
-    """The tool's next item, or why there is none; interrupted by abort and by the deadline."""
-    if signal.aborted:
+async def _advance(
+    items: AsyncIterator[ToolItem], signal: AbortSignal | None, deadline: float
+) -> _Step:
+    """The tool's next item, or why there is none; interrupted by abort (unless ``signal`` is
+    ``None``) and by the deadline."""
+    if signal is not None and signal.aborted:
         return _Step(_End.ABORTED, False)
     if anyio.current_time() >= deadline:
         return _Step(_End.TIMEOUT, True)
     result: ToolItem | _End | _Raised | None = None
     with anyio.CancelScope(deadline=deadline) as timer:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_cancel_on_abort, signal, tg.cancel_scope)
+            if signal is not None:
+                tg.start_soon(_cancel_on_abort, signal, tg.cancel_scope)
             try:
                 result = await items.__anext__()
             except StopAsyncIteration:
@@ -476,7 +490,7 @@ async def _advance(items: AsyncIterator[ToolItem], signal: AbortSignal, deadline
                 tg.cancel_scope.cancel()
     fired = timer.cancel_called
     if result is None:  # the advance itself was cancelled by one of the two scopes above
-        result = _End.ABORTED if signal.aborted else _End.TIMEOUT
+        result = _End.ABORTED if signal is not None and signal.aborted else _End.TIMEOUT
     return _Step(result, fired)
 
 

@@ -301,6 +301,11 @@ class Session:
         return self._workspace
 
     @property
+    def meta(self) -> OmniMessage:
+        """The session's ``session_meta`` record (written first in every trace file)."""
+        return self._meta
+
+    @property
     def system_prompt(self) -> str:
         meta = self._meta.payload
         assert isinstance(meta, SessionMetaPayload)

@@ -99,7 +99,10 @@ class Tool(Generic[A]):
 
     ``permission`` is what ``Environment.tool_permission`` reports (``"r"`` = read-only).
     ``timeout_ms`` overrides the environment's default timeout for this tool (``<= 0`` disables
-    it; ``None`` = the environment default).
+    it; ``None`` = the environment default).  ``interruptible=False`` means the tool watches
+    ``ctx.signal`` itself and ends promptly once it fires (reporting ``ToolResult(status=
+    "aborted")``), so the environment does not cancel it on abort and it can finish its own
+    protocol — a nested session runs its abort path and forwards it.  Timeouts still cancel it.
     """
 
     name: str
@@ -109,6 +112,7 @@ class Tool(Generic[A]):
     _: KW_ONLY
     permission: Literal["r", "rw"] = "rw"
     timeout_ms: int | None = None
+    interruptible: bool = True
 
     def __post_init__(self) -> None:
         if not _NAME_RE.match(self.name):

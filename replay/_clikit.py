@@ -41,6 +41,7 @@ __all__ = [
 _TRACE_NAME: Final = re.compile(r"^(.+)_(\d{3,})\.jsonl\Z")
 _SNIFF_BYTES: Final = 64 * 1024
 _SNIFF_LINES: Final = 64
+_PIPE_WIDTH: Final = 1000
 
 
 class CliError(Exception):
@@ -70,10 +71,16 @@ def _no_color() -> bool:
 
 
 def out_console() -> Console:
-    """stdout, with markup, emoji codes and highlighting off: text is printed as given."""
-    return Console(
+    """stdout, with markup, emoji codes and highlighting off: text is printed as given.
+
+    Piped output is not wrapped at 80 columns (tables keep one row per line for grep/awk).
+    """
+    console = Console(
         highlight=False, markup=False, emoji=False, no_color=_no_color(), soft_wrap=False
     )
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = _PIPE_WIDTH
+    return console
 
 
 def err_console() -> Console:

@@ -21,7 +21,7 @@ import os
 import re
 import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -170,11 +170,17 @@ def _read_pid(fd: int) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def _records(path: Path) -> Iterator[tuple[int, OmniMessage]]:
+def _records(path: Path) -> Generator[tuple[int, OmniMessage], None, None]:
     """``(line_no, record)`` of one file, as ``read_trace`` sees it (torn tail dropped)."""
-    for item in scan_trace(path):
-        if isinstance(item, tuple):
-            yield item
+    items = scan_trace(path)
+    try:
+        for item in items:
+            if isinstance(item, tuple):
+                yield item
+    finally:
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()  # an early stop must not leave the file open until collection
 
 
 def _plan(
@@ -202,7 +208,8 @@ def _plan(
     cut_line = 0
     position = -1
     completed_end = False
-    for position, (line, record) in enumerate(_records(path)):
+    records = _records(path)
+    for position, (line, record) in enumerate(records):
         if position == 0:
             _require_meta(record, path, where)
         if named is None:
@@ -237,6 +244,7 @@ def _plan(
                 completed_end = True
         ctx.apply(record)
         cut_line = line
+    records.close()
     if named is None:
         count = position + 1
         raise ValueError(f"{where}: {path.name} has {count} record(s); no record {ordinal}")

@@ -9,6 +9,9 @@ projections do, exactly as they do for the live session (R-RESUME-18).
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +51,25 @@ def _meta_of(record: OmniMessage) -> OmniMessage | None:
     return None
 
 
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a trace is folded.
+
+    The fold keeps every record of the latest file alive (the history), and each record is a
+    few tracked objects: with the collector running, its generation-2 passes walk that growing
+    heap again and again, which costs about a third of a resume of a large file.  The fold
+    creates no reference cycles worth collecting, and the collector runs again right after.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def load_session(
     root: DataRoot, session_id: str, *, project: str | None = None, agent: str | None = None
 ) -> tuple[list[Path], Path, ModelContext, SessionState, OmniMessage]:
@@ -60,16 +82,17 @@ def load_session(
     latest = root.latest_trace(session_id, project=project, agent=agent)
     used = files[: files.index(latest) + 1]
     state = SessionState()
-    for path in used[:-1]:
-        for record in iter_trace(path):
-            state.apply(record)
     ctx = ModelContext()
     meta: OmniMessage | None = None
-    for record in iter_trace(latest):
-        if meta is None:
-            meta = _meta_of(record)
-        ctx.apply(record)
-        state.apply(record)
+    with _gc_paused():
+        for path in used[:-1]:
+            for record in iter_trace(path):
+                state.apply(record)
+        for record in iter_trace(latest):
+            if meta is None:
+                meta = _meta_of(record)
+            ctx.apply(record)
+            state.apply(record)
     if meta is None:
         raise ValueError(f"{latest}: no session_meta record; the trace cannot be resumed")
     return used, latest, ctx, state, meta

@@ -3,10 +3,14 @@ it, the real providers."""
 
 from __future__ import annotations
 
+from ._anthropic import Anthropic
+from ._openai import OpenAICompatible
 from ._scripted import DEFAULT_SCRIPT, Script, ScriptedEnvironment, ScriptedLLM, load_script
 
 __all__ = [
     "DEFAULT_SCRIPT",
+    "Anthropic",
+    "OpenAICompatible",
     "Script",
     "ScriptedEnvironment",
     "ScriptedLLM",

@@ -35,7 +35,7 @@ SMALL = {"cache_write": 10, "output": 2}
 BIG = {"cache_write": 5000, "output": 2}
 
 
-def crash_script(gen: int, *, tasks: int, seed: int) -> dict[str, Any]:
+def crash_script(gen: int, *, tasks: int, seed: int, delays: bool = True) -> dict[str, Any]:
     """A script whose requests follow the engine's request order task after task.
 
     Tasks cycle through three shapes (k = task number):
@@ -43,7 +43,8 @@ def crash_script(gen: int, *, tasks: int, seed: int) -> dict[str, Any]:
       B  tools, final answer over the threshold: boundary compaction (3 requests)
       C  tools + steering over the threshold: mid-task compaction,
          then the final answer on the new context                    (3 requests)
-    Tool-call ids carry the generation so that restarts never reuse one.
+    Tool-call ids carry the generation so that restarts never reuse one.  Without ``delays``
+    the tools and the model answer at once (still concurrently).
     """
     rng = random.Random(seed)
     responses: list[Any] = []
@@ -51,7 +52,7 @@ def crash_script(gen: int, *, tasks: int, seed: int) -> dict[str, Any]:
         p = f"g{gen}t{k}"
         shape = k % 3
         calls = []
-        for name, delay in (("a", 30), ("b", 4), ("c", 15)):
+        for name, delay in (("a", 30), ("b", 4), ("c", 15)) if delays else (("a", 0), ("b", 0), ("c", 0)):
             size = rng.choice((20, 200, 2000)) if name != "b" or k % 4 else 300_000
             calls.append(
                 {
@@ -63,18 +64,30 @@ def crash_script(gen: int, *, tasks: int, seed: int) -> dict[str, Any]:
                     }
                 }
             )
-        lead = [{"thinking": f"plan {p}", "chunks": 2}, {"text": f"working on {p}", "chunks": 3}]
+        # The pauses keep request and compaction spans open for a while, so that kills land
+        # inside them too (R-RESUME-14a/14 closures).
+        lead = [
+            {"thinking": f"plan {p}", "chunks": 2},
+            {"sleep_ms": 6 if delays else 0},
+            {"text": f"working on {p}", "chunks": 3},
+        ]
+        nap = {"sleep_ms": 6 if delays else 0}
         if shape == 0:
             responses.append([*lead, {"steer": f"steer {p}"}, *calls, {"usage": SMALL}])
-            responses.append([{"text": f"done {p}"}, {"usage": SMALL}])
+            responses.append([nap, {"text": f"done {p}"}, {"usage": SMALL}])
         elif shape == 1:
             responses.append([*lead, *calls, {"usage": SMALL}])
             responses.append([{"text": f"done {p}", "chunks": 2}, {"usage": BIG}])
-            responses.append([{"text": f"[summary]boundary {p}[/summary]"}, {"usage": SMALL}])
+            responses.append(
+                [nap, {"text": f"[summary]boundary {p}[/summary]"}, {"usage": SMALL}]
+            )
         else:
             responses.append([*lead, {"steer": f"steer {p}"}, *calls, {"usage": BIG}])
-            responses.append([{"text": f"[summary]mid-task {p}[/summary]"}, {"usage": SMALL}])
-            responses.append([{"text": f"done {p}"}, {"usage": SMALL}])
+            responses.append(
+                [{"text": f"[summary]mid-task {p}", "chunks": 2}, nap, {"text": "[/summary]"},
+                 {"usage": SMALL}]
+            )
+            responses.append([{"text": f"done {p}"}, nap, {"usage": SMALL}])
     return {
         "model_id": "crash",
         "tools": [{"name": "slow", "description": "a slow scripted tool"}],
@@ -107,7 +120,7 @@ async def _crash(args: argparse.Namespace) -> None:
 
     ack_fd = os.open(args.acks, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     _ack_appends(ack_fd)
-    llm = ScriptedLLM(crash_script(args.gen, tasks=400, seed=args.gen))
+    llm = ScriptedLLM(crash_script(args.gen, tasks=args.tasks, seed=args.gen))
     env = ScriptedEnvironment.from_llm(llm)
     options: dict[str, Any] = {
         "compaction": CompactionSettings(max_context_length=THRESHOLD),
@@ -249,6 +262,7 @@ def main() -> None:
     crash.add_argument("--gen", type=int, required=True)
     crash.add_argument("--acks", required=True)
     crash.add_argument("--fsync", default="turn")
+    crash.add_argument("--tasks", type=int, default=12)
     hold = sub.add_parser("hold")
     hold.add_argument("--home", required=True)
     hold.add_argument("--session", required=True)

@@ -1,0 +1,404 @@
+"""Driving one task from the terminal: ``penguin run`` and ``penguin resume -m`` (R-CLI-1/2).
+
+Owns: building the LLM from the command line (the embedded script, a script file, or a real
+provider looked up lazily in ``engine.llm``), choosing the environment, the approval callback
+(``allow-all``, ``deny-all`` or ``ask`` — y/n read from stdin in a daemon thread), Ctrl-C
+handling (first → the run's ``AbortSignal``, second → exit 130 at once), the live ``[retry]``
+countdown on a terminal's stderr, and streaming the run as a rendering or as JSON lines.  Does
+not: implement any engine behaviour.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import anyio
+import anyio.abc
+from rich.console import Console
+from rich.text import Text
+
+from engine import (
+    LLM,
+    AbortSignal,
+    Approval,
+    ApproveFn,
+    CompactionSettings,
+    Environment,
+    LocalEnvironment,
+    Session,
+    allow_all,
+    deny_all,
+)
+from engine import llm as llm_module
+from engine.llm import DEFAULT_SCRIPT, ScriptedEnvironment, ScriptedLLM
+from eventstore import AbortPayload, OmniMessage, RequestEndPayload, ToolCallPayload, encode
+
+from ._clikit import CliError
+from ._render import StreamRenderer
+from ._safe import preview, safe, safe_json_bytes
+
+__all__ = [
+    "ApproveMode",
+    "LlmOptions",
+    "RunOutcome",
+    "build_compaction",
+    "build_llm",
+    "close_llm",
+    "drive",
+    "environment_for",
+]
+
+ApproveMode = Literal["ask", "allow-all", "deny-all"]
+
+_PROVIDERS: Final = {"openai": "OpenAICompatible", "anthropic": "Anthropic"}
+_KEY_ENV: Final = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+
+
+@dataclass(slots=True)
+class LlmOptions:
+    script: Path | None = None
+    llm: str | None = None
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+
+
+def build_llm(opts: LlmOptions) -> LLM:
+    """The embedded default script, a script file, or a provider from ``engine.llm``."""
+    if opts.llm is None:
+        if opts.model is not None or opts.base_url is not None:
+            raise CliError("--model and --base-url need --llm openai|anthropic")
+        source: Path = opts.script if opts.script is not None else DEFAULT_SCRIPT
+        if opts.script is not None and not opts.script.is_file():
+            raise CliError(f"{safe(str(opts.script))}: no such script file")
+        try:
+            return ScriptedLLM(source)
+        except (ValueError, OSError) as exc:
+            raise CliError(f"invalid script {safe(str(source))}: {safe(str(exc))}") from None
+    if opts.script is not None:
+        raise CliError("--script and --llm exclude each other")
+    name = opts.llm.lower()
+    if name not in _PROVIDERS:
+        raise CliError(f"unknown --llm {safe(opts.llm)!r}: choose openai or anthropic")
+    if not opts.model:
+        raise CliError(f"--llm {name} needs --model NAME")
+    cls = getattr(llm_module, _PROVIDERS[name], None)
+    if cls is None:
+        raise CliError(
+            f"the {name} provider is not available in this installation "
+            f"(engine.llm.{_PROVIDERS[name]} is missing)"
+        )
+    env_name = opts.api_key_env or _KEY_ENV[name]
+    key = os.environ.get(env_name)
+    # A local OpenAI-compatible server (vLLM, Ollama, llama.cpp) usually needs no key.
+    keyless = name == "openai" and opts.base_url is not None and opts.api_key_env is None
+    if not key and not keyless:
+        raise CliError(
+            f"set ${env_name} to your API key (or name another variable with --api-key-env)"
+        )
+    kwargs: dict[str, Any] = {"model": opts.model, "api_key": key or None}
+    if opts.base_url is not None:
+        kwargs["base_url"] = opts.base_url
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        params = None
+    if params is not None and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        kwargs = {k: v for k, v in kwargs.items() if k in params}
+    try:
+        return cls(**kwargs)  # type: ignore[no-any-return]
+    except (TypeError, ValueError) as exc:
+        raise CliError(f"cannot set up the {name} provider: {safe(str(exc))}") from None
+
+
+async def close_llm(llm: LLM) -> None:
+    """Close a provider's HTTP client (providers have ``aclose``; scripts do not)."""
+    aclose = getattr(llm, "aclose", None)
+    if callable(aclose):
+        with anyio.CancelScope(shield=True):
+            await aclose()
+
+
+def environment_for(llm: LLM, workspace: Path) -> Environment:
+    """A script that declares its own ``tools`` gets them served from the script
+    (``ScriptedEnvironment``); everything else runs the built-in tools in ``workspace``."""
+    if isinstance(llm, ScriptedLLM) and llm.script.tools:
+        return ScriptedEnvironment.from_llm(llm)
+    return LocalEnvironment(workspace)
+
+
+def build_compaction(
+    *,
+    max_context_length: int | None,
+    max_session_turns: int | None,
+    compaction_mode: str | None,
+) -> CompactionSettings:
+    base = Session.DEFAULT_COMPACTION
+    changes: dict[str, Any] = {}
+    if max_context_length is not None:
+        changes["max_context_length"] = max_context_length
+    if max_session_turns is not None:
+        changes["max_session_turns"] = max_session_turns
+    if compaction_mode is not None:
+        if compaction_mode not in ("summarize", "discard"):
+            raise CliError(f"unknown --compaction-mode {safe(compaction_mode)!r}: "
+                           "choose summarize or discard")
+        changes["mode"] = compaction_mode
+    return base.model_copy(update=changes) if changes else base
+
+
+# --------------------------------------------------------------------------- approvals
+
+
+class _StdinLines:
+    """Lines from stdin, read on demand by a daemon thread so that an abandoned prompt (Ctrl-C)
+    neither blocks the event loop nor keeps the process alive at exit."""
+
+    def __init__(self) -> None:
+        self._ready: AbortSignal | None = None
+        self._box: list[str] = []
+
+    async def readline(self, cancel: AbortSignal) -> str | None:
+        """The next line ("" at end of input), or None when ``cancel`` fires first."""
+        if self._ready is None:
+            ready = AbortSignal()  # a thread-safe one-shot flag that wakes the loop
+            box: list[str] = []
+            stdin = sys.stdin
+
+            def work() -> None:
+                try:
+                    line = stdin.readline()
+                except (OSError, ValueError):
+                    line = ""
+                box.append(line)
+                ready.abort()
+
+            self._ready, self._box = ready, box
+            threading.Thread(target=work, name="penguin-stdin", daemon=True).start()
+        ready = self._ready
+        got = False
+        async with anyio.create_task_group() as tg:
+
+            async def on_cancel() -> None:
+                await cancel.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(on_cancel)
+            await ready.wait()
+            got = True
+            tg.cancel_scope.cancel()
+        if not got:
+            return None
+        self._ready = None
+        return self._box[0]
+
+
+class _Asker:
+    """``--approve ask``: y = allow, n (or anything else) = deny, a = allow this and the rest."""
+
+    def __init__(self, renderer: StreamRenderer, err: Console, cancel: AbortSignal) -> None:
+        self._renderer = renderer
+        self._err = err
+        self._cancel = cancel
+        self._lines = _StdinLines()
+        self._allow_rest = False
+        self._shown: dict[str, anyio.Event] = {}
+
+    def _event(self, call_id: str) -> anyio.Event:
+        return self._shown.setdefault(call_id, anyio.Event())
+
+    def note(self, msg: OmniMessage) -> None:
+        """Called once the stream consumer has shown ``msg``: a prompt for a call waits for
+        its ``[tool]`` line, so that the text the model wrote before it is on screen first."""
+        p = msg.payload
+        if msg.origin is None and isinstance(p, ToolCallPayload):
+            self._event(p.tool_call_id).set()
+
+    async def _until_shown(self, call_id: str) -> bool:
+        shown = self._event(call_id)
+        async with anyio.create_task_group() as tg:
+
+            async def on_cancel() -> None:
+                await self._cancel.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(on_cancel)
+            await shown.wait()
+            tg.cancel_scope.cancel()
+        return shown.is_set()
+
+    async def __call__(self, call: OmniMessage) -> Approval:
+        if self._allow_rest:
+            return "allow"
+        if self._cancel.aborted:
+            return "deny"
+        p = call.payload
+        name, args, cid = (
+            (p.name, p.arguments, p.tool_call_id) if isinstance(p, ToolCallPayload) else ("?", "", "?")
+        )
+        if call.origin is None and not await self._until_shown(cid):
+            return "deny"  # aborted before the call was even shown
+        self._renderer.break_line()
+        self._err.print(
+            Text(f"[approve] {preview(name, 60)} {preview(args, 200)} ({preview(cid, 60)})",
+                 style="magenta bold"),
+            soft_wrap=True,
+        )
+        self._err.print(Text("allow? [y]es / [n]o / [a]ll from now on: "), end="")
+        self._err.file.flush()
+        line = await self._lines.readline(self._cancel)
+        if line is None:
+            self._err.print()
+            return "deny"
+        answer = line.strip().lower()
+        if line == "":
+            self._err.print(Text("(end of input: denied)", style="dim"))
+        if answer in ("a", "all"):
+            self._allow_rest = True
+            return "allow"
+        return "allow" if answer in ("y", "yes") else "deny"
+
+
+def _approver(
+    mode: ApproveMode, renderer: StreamRenderer, err: Console, cancel: AbortSignal
+) -> ApproveFn:
+    if mode == "allow-all":
+        return allow_all
+    if mode == "deny-all":
+        return deny_all
+    return _Asker(renderer, err, cancel)
+
+
+# --------------------------------------------------------------------------- the run
+
+
+class _Countdown:
+    """A transient ``next attempt in 1.2 s`` status under a ``[retry]`` line (terminals only)."""
+
+    def __init__(self, err: Console, tg: anyio.abc.TaskGroup) -> None:
+        self._err = err
+        self._tg = tg
+        self._scope: anyio.CancelScope | None = None
+        self._drawn = False
+
+    def start(self, delay_ms: int) -> None:
+        self.stop()
+        if not self._err.is_terminal or delay_ms <= 0:
+            return
+        scope = anyio.CancelScope()
+        self._scope = scope
+        deadline = anyio.current_time() + delay_ms / 1000
+        self._tg.start_soon(self._tick, scope, deadline)
+
+    async def _tick(self, scope: anyio.CancelScope, deadline: float) -> None:
+        with scope:
+            while True:
+                left = deadline - anyio.current_time()
+                if left <= 0:
+                    break
+                self._err.file.write(f"\r  next attempt in {left:4.1f} s ")
+                self._err.file.flush()
+                self._drawn = True
+                await anyio.sleep(min(0.1, left))
+        self._clear()
+
+    def _clear(self) -> None:
+        if self._drawn:
+            self._err.file.write("\r\x1b[2K")
+            self._err.file.flush()
+            self._drawn = False
+
+    def stop(self) -> None:
+        if self._scope is not None:
+            self._scope.cancel()
+            self._scope = None
+        self._clear()
+
+
+@dataclass(slots=True)
+class RunOutcome:
+    aborted: bool
+    messages: int
+
+
+def _quit_now() -> None:
+    try:
+        sys.stdout.flush()
+        sys.stderr.write("\n[interrupt] quit\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(130)
+
+
+async def _interrupts(
+    cancel: AbortSignal, err: Console, *, task_status: anyio.abc.TaskStatus[None]
+) -> None:
+    """First Ctrl-C aborts the run through its signal; the second quits at once (exit 130)."""
+    with anyio.open_signal_receiver(signal.SIGINT) as signals:
+        task_status.started()
+        async for _ in signals:
+            if cancel.aborted:
+                _quit_now()
+            err.print(
+                Text("\n[interrupt] aborting the run… (Ctrl-C again to quit at once)",
+                     style="yellow"),
+                soft_wrap=True,
+            )
+            cancel.abort("interrupted from the terminal")
+
+
+async def drive(
+    session: Session,
+    prompt: list[OmniMessage],
+    *,
+    approve: ApproveMode,
+    as_json: bool,
+    out: Console,
+    err: Console,
+    on_message: Callable[[OmniMessage], None] | None = None,
+) -> RunOutcome:
+    """Run one task on an entered ``session``, rendering or printing JSON lines as it streams."""
+    cancel = AbortSignal()
+    renderer = StreamRenderer(out)
+    approve_fn = _approver(approve, renderer, err, cancel)
+    note = approve_fn.note if isinstance(approve_fn, _Asker) else None
+    aborted = False
+    count = 0
+    async with anyio.create_task_group() as tg:
+        await tg.start(_interrupts, cancel, err)
+        countdown = _Countdown(err, tg)
+        async for msg in session.run(prompt, approve=approve_fn, signal=cancel):
+            countdown.stop()
+            count += 1
+            p = msg.payload
+            if as_json:
+                sys.stdout.write(safe_json_bytes(encode(msg)).decode("utf-8") + "\n")
+                sys.stdout.flush()
+            else:
+                renderer.feed(msg)
+            if note is not None:
+                note(msg)
+            if on_message is not None:
+                on_message(msg)
+            if msg.origin is None and isinstance(p, AbortPayload):
+                aborted = True
+            if (
+                not as_json
+                and msg.origin is None
+                and isinstance(p, RequestEndPayload)
+                and p.retry_in_ms is not None
+            ):
+                countdown.start(p.retry_in_ms)
+        countdown.stop()
+        tg.cancel_scope.cancel()
+    renderer.close()
+    return RunOutcome(aborted=aborted, messages=count)
+

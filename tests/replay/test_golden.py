@@ -1,0 +1,408 @@
+"""The golden-trace harness (``replay.golden``, SPEC R-CLI-6) and the corpus in
+``fixtures/traces``: every intact fixture replays on every test run; damaged ones are read,
+validated and resumed; deliberate changes are reported at the right file:line."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from pathlib import Path
+
+import msgspec
+import pytest
+from enginekit import collect
+
+from engine import RetryPolicy, allow_all
+from engine.llm import ScriptedEnvironment, ScriptedLLM
+from eventstore import (
+    CompactionEndPayload,
+    DataRoot,
+    OmniMessage,
+    RequestEndPayload,
+    TokenCounts,
+    ToolDefinition,
+    UnknownPayload,
+    encode_line,
+    read_trace,
+)
+from eventstore import builders as b
+from eventstore.builders import payload_type
+from projections import _markers
+from replay import _replay_llm, resume_session, validate_session
+from replay.golden import (
+    GoldenTraceExtension,
+    ReplayResult,
+    areplay_trace,
+    assert_replays,
+    normalize,
+    replay_trace,
+)
+
+pytest_plugins = ["pytester"]
+
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "traces"
+REFERENCE = Path(__file__).parents[2].parent / "shared" / "reference-traces"
+
+# Runs compared / runs recorded per intact scenario: the comparison stops before the first run
+# holding an abort or steering (R-CLI-6).
+RUNS: dict[str, tuple[int, int]] = {
+    "plain": (2, 2),
+    "tools_out_of_order": (1, 1),
+    "denial": (1, 1),
+    "abort_tool": (1, 3),
+    "abort_stream": (1, 3),
+    "retry": (1, 1),
+    "auth": (1, 3),
+    "compaction_summarize": (2, 2),
+    "compaction_discard": (2, 2),
+    "compaction_mid_task": (1, 1),
+    "compaction_manual": (2, 2),
+    "steering": (1, 2),
+    "max_turns": (2, 2),
+    "multi_file": (3, 3),
+    "resumed": (2, 2),
+}
+SCENARIOS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
+INTACT = [s for s in SCENARIOS if not s.startswith("damaged_")]
+DAMAGED = [s for s in SCENARIOS if s.startswith("damaged_")]
+
+
+def files(scenario: str | Path) -> list[Path]:
+    base = scenario if isinstance(scenario, Path) else FIXTURES / scenario
+    return sorted(base.rglob("*.jsonl"))
+
+
+def copy_scenario(scenario: str, dest: Path) -> list[Path]:
+    shutil.copytree(FIXTURES / scenario, dest)
+    return files(dest)
+
+
+def line_of(path: Path, needle: str, *, occurrence: int = 1) -> int:
+    hits = [n for n, line in enumerate(path.read_text().splitlines(), 1) if needle in line]
+    return hits[occurrence - 1]
+
+
+# --------------------------------------------------------------------------- the corpus
+
+
+def test_corpus_is_complete_and_documented() -> None:
+    """Every scenario the issue lists is present, and README has one line per trace."""
+    assert set(INTACT) == set(RUNS)
+    assert set(DAMAGED) == {
+        "damaged_torn_tail", "damaged_malformed_middle", "damaged_dangling_request",
+        "damaged_dangling_compaction", "damaged_unknown_future",
+    }
+    readme = (FIXTURES / "README.md").read_text()
+    rows = [line for line in readme.splitlines() if line.startswith("| `")]
+    assert sorted(row.split("`")[1] for row in rows) == SCENARIOS
+    for row in rows:
+        name = row.split("`")[1]
+        assert ("damaged:" in row) == name.startswith("damaged_"), row
+    assert [len(files(s)) for s in ("multi_file", "compaction_summarize")] == [3, 2]
+    assert all(sum(f.stat().st_size for f in files(s)) < 16_000 for s in SCENARIOS)
+
+
+@pytest.mark.parametrize("scenario", INTACT)
+def test_every_intact_fixture_replays(scenario: str) -> None:
+    """R-CLI-6: the engine re-records each fixture exactly (normalized), up to the first run
+    that holds an abort or steering."""
+    result = assert_replays(FIXTURES / scenario)
+    assert (result.runs_compared, result.runs_total) == RUNS[scenario]
+    assert result.normalized == result.expected
+    assert str(result) == "match"
+    assert len(result.normalized) > 5
+
+
+@pytest.mark.parametrize("scenario", INTACT)
+def test_every_intact_fixture_validates(scenario: str) -> None:
+    """INV-18: what the engine wrote passes the validator with no finding at all."""
+    assert validate_session(files(scenario)) == []
+
+
+@pytest.mark.skipif(not REFERENCE.is_dir(), reason="reference traces not present")
+@pytest.mark.parametrize(
+    "scenario",
+    ["01_plain_text", "02_two_tools_out_of_order", "03_tool_denied",
+     "06a_compaction_summarize_context"],
+)
+def test_reference_traces_replay(scenario: str) -> None:
+    """Traces written by the reference implementation replay too: its recorded workspace
+    (``/workspace``) is never needed, the compaction prompt and threshold are read from the
+    trace, and the out-of-order outputs keep their recorded order."""
+    result = assert_replays(REFERENCE / scenario)
+    assert result.runs_compared == result.runs_total >= 1
+
+
+# --------------------------------------------------------------------------- damaged
+
+
+def validator_summary(paths: list[Path]) -> set[tuple[str, str, int]]:
+    return {(f.rule, f.severity, f.line) for f in validate_session(paths)}
+
+
+DAMAGE_FINDINGS: dict[str, set[tuple[str, str]]] = {
+    "damaged_torn_tail": {("V-1", "warning"), ("V-4", "warning")},
+    "damaged_malformed_middle": {("V-1", "error")},
+    "damaged_dangling_request": {("V-4", "warning")},
+    "damaged_dangling_compaction": {("V-5", "warning")},
+    "damaged_unknown_future": set(),
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("scenario", DAMAGED)
+async def test_damaged_fixture_is_read_validated_and_resumed(
+    scenario: str, tmp_path: Path
+) -> None:
+    """R-READ-2/3, R-RESUME-14/14a/17, R-TRACE-14: a damaged trace reads without error, the
+    validator names the damage, and a resumed copy repairs what resume repairs and runs."""
+    original = files(scenario)
+    before = {(rule, sev) for rule, sev, _ in validator_summary(original)}
+    assert before == DAMAGE_FINDINGS[scenario]
+    read = read_trace(original, report=False)
+    assert read.records and read.records[0].type == "session_meta"
+
+    home = tmp_path / "home"
+    traces = home / "default_project" / "agents" / "default_agent" / "traces"
+    copied = copy_scenario(scenario, traces)
+    session_id = copied[0].name.rsplit("_", 1)[0]
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    llm = ScriptedLLM({"responses": [[{"text": "resumed fine"}]]})
+    session = await resume_session(
+        DataRoot(home), session_id, llm=llm, environment=ScriptedEnvironment.from_llm(llm),
+        workspace=ws, compaction=None, retry=RetryPolicy(base_ms=1, cap_ms=2),
+    )
+    async with session:
+        await collect(session.run([b.user_text("are you there?")], approve=allow_all))
+    assert llm.requests, "the resumed session sent a request"
+    after = files(traces)
+    records = read_trace(after, report=False).records
+    assert [payload_type(r) for r in records[-3:]] == ["text", "token_usage", "request_end"]
+    assert records[-3].payload.text == "resumed fine"  # type: ignore[union-attr]
+    remaining = {(rule, sev) for rule, sev, _ in validator_summary(after)}
+    # Resume repaired the torn tail and closed the open spans; a malformed middle line stays.
+    assert remaining == ({("V-1", "error")} if scenario == "damaged_malformed_middle" else set())
+    assert after[-1].read_bytes().endswith(b"\n")
+    kinds = [r.payload for r in records]
+    if scenario == "damaged_dangling_request":
+        closure = next(p for p in kinds if isinstance(p, RequestEndPayload)
+                       and p.error_message == _markers.REQUEST_CLOSURE_ERROR)
+        assert closure.status == "aborted"
+    if scenario == "damaged_torn_tail":
+        # The torn record was the run's request_end; its usage was recorded (R-RESUME-7a).
+        ends = [p for p in kinds if isinstance(p, RequestEndPayload)]
+        assert [e.status for e in ends] == ["completed"] * len(ends)
+    if scenario == "damaged_dangling_compaction":
+        closure_c = next(p for p in kinds if isinstance(p, CompactionEndPayload))
+        assert (closure_c.status, closure_c.error_message, closure_c.attempt) == (
+            "failed", _markers.COMPACTION_CLOSURE_ERROR, 1
+        )
+    if scenario == "damaged_unknown_future":
+        unknown = [p.raw["type"] for p in kinds if isinstance(p, UnknownPayload)]
+        assert unknown == ["future_event", "hologram"]
+        assert b'"future_event"' in after[0].read_bytes()  # kept byte for byte (R-MSG-7)
+
+
+def test_damaged_traces_replay_or_report_without_crashing() -> None:
+    """Crashed runs are not compared (R-CLI-6); unknown future records are a divergence the
+    harness reports at their line, since this engine cannot write them."""
+    for scenario in ("damaged_dangling_request", "damaged_dangling_compaction",
+                     "damaged_torn_tail"):
+        result = replay_trace(FIXTURES / scenario)
+        assert result.matched, result
+        assert result.stopped is not None and "crash" in result.stopped
+    result = replay_trace(FIXTURES / "damaged_unknown_future")
+    assert result.divergence is not None
+    path = files("damaged_unknown_future")[0]
+    assert result.divergence.file == path
+    assert result.divergence.line == line_of(path, "future_event")
+    assert "future_event" in result.divergence.reason
+
+
+# --------------------------------------------------------------------------- divergences
+
+
+def test_swapped_completion_order_is_reported_at_the_right_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A deliberately changed behaviour: outputs delivered in dispatch order instead of the
+    recorded completion order.  The report names the first recorded output's line."""
+
+    async def immediately(self: object, cid: str, signal: object) -> None:
+        return None
+
+    monkeypatch.setattr(_replay_llm._Pacer, "before_env", immediately)
+    result = replay_trace(FIXTURES / "tools_out_of_order")
+    assert not result.matched
+    d = result.divergence
+    assert d is not None
+    path = files("tools_out_of_order")[0]
+    assert (d.file, d.line) == (path, line_of(path, '"tool_call_output"'))
+    assert d.expected is not None and '"tool_call_id":"call_1_2"' in d.expected
+    assert d.actual is not None and '"tool_call_id":"call_1_1"' in d.actual
+    assert d.reason == "tool_call_output: payload.output differs"
+    text = str(result)
+    assert text.startswith(f"{path}:{d.line}: expected {d.expected} / actual {d.actual} (")
+    with pytest.raises(AssertionError, match=rf":{d.line}: expected "):
+        assert_replays(FIXTURES / "tools_out_of_order")
+
+
+def test_changed_engine_text_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deliberately changed engine behaviour (the denial sentence, R-APPROVE-3)."""
+    monkeypatch.setattr(_markers, "DENIED_BY_USER", "Denied.")
+    result = replay_trace(FIXTURES / "denial")
+    d = result.divergence
+    assert d is not None
+    path = files("denial")[0]
+    assert (d.file, d.line) == (path, line_of(path, "Tool call denied by user."))
+    assert d.actual is not None and '"output":"Denied."' in d.actual
+
+
+def test_mutated_record_is_reported_at_its_line(tmp_path: Path) -> None:
+    """Edit one engine-computed value in a copy of a recorded trace: the session counts of
+    the last token_usage (R-RUN-10)."""
+    paths = copy_scenario("plain", tmp_path / "plain")
+    lines = paths[0].read_text().splitlines(keepends=True)
+    n = max(i for i, line in enumerate(lines) if '"token_usage"' in line)
+    obj = msgspec.json.decode(lines[n])
+    obj["payload"]["session"]["output"] += 1
+    lines[n] = msgspec.json.encode(obj).decode() + "\n"
+    paths[0].write_text("".join(lines))
+    result = replay_trace(paths)
+    assert result.divergence is not None
+    assert (result.divergence.file, result.divergence.line) == (paths[0], n + 1)
+    assert result.divergence.reason == "token_usage: payload.session.output differs"
+
+
+def test_missing_record_is_reported(tmp_path: Path) -> None:
+    """A recorded record the replay does not write (a deleted ``approval_decision`` makes
+    the expected sequence shorter: the replay writes one more record there)."""
+    paths = copy_scenario("tools_out_of_order", tmp_path / "t")
+    lines = paths[0].read_text().splitlines(keepends=True)
+    n = next(i for i, line in enumerate(lines) if '"approval_decision"' in line)
+    del lines[n]
+    paths[0].write_text("".join(lines))
+    result = replay_trace(paths)
+    d = result.divergence
+    assert d is not None
+    assert (d.file, d.line) == (paths[0], n + 1)  # the record now at that line
+    assert d.actual is not None and '"approval_decision"' in d.actual
+
+
+def test_options_override_what_the_trace_says() -> None:
+    """Explicit settings win over inference: no compaction, and a lower max_turns."""
+    no_compaction = replay_trace(FIXTURES / "compaction_summarize", max_context_length=0)
+    path = files("compaction_summarize")[0]
+    assert no_compaction.divergence is not None
+    assert no_compaction.divergence.line == line_of(path, '"compaction_begin"')
+    one_turn = replay_trace(FIXTURES / "max_turns", max_turns=1)
+    assert one_turn.divergence is not None
+    assert "reached max turns (1)" in (one_turn.divergence.actual or "")
+
+
+# --------------------------------------------------------------------------- hand-made traces
+
+
+def write(path: Path, records: list[OmniMessage]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(encode_line(r) for r in records))
+    return path
+
+
+SID = "session-2026-07-18-11-10-22-3f8a1c2d"
+TOOLS = [ToolDefinition(name="t", description="test tool")]
+
+
+def hand_meta(home: str = "/h") -> OmniMessage:
+    return b.session_meta(
+        session_id=SID, provider="acme", model_id="m", model_context_window="unknown",
+        system_prompt="sys", agent_state=f"{home}/p/agents/a/agent_state",
+        workspace=f"{home}/ws",
+    )
+
+
+def test_a_tool_output_recorded_inside_the_request_span_replays_in_place(tmp_path: Path) -> None:
+    """Pacing: an output the trace holds *before* the model's usage/request_end (a fast tool)
+    is delivered there again, because the paced model waits for it."""
+    records = [
+        hand_meta(),
+        b.user_text("go"),
+        b.tool_list_ready(TOOLS),
+        b.request_begin(),
+        b.tool_call("t", "{}", "a"),
+        b.approval_decision("allow", "a"),
+        b.tool_call_output("a", "fast"),
+        b.tool_call("t", "{}", "b"),
+        b.approval_decision("allow", "b"),
+        b.token_usage(TokenCounts(0, 1, 2, 3)),
+        b.request_end("completed"),
+        b.tool_call_output("b", "slow"),
+        b.request_begin(),
+        b.assistant_text("both done"),
+        b.token_usage(TokenCounts(0, 5, 1, 6), TokenCounts(0, 6, 3, 9)),
+        b.request_end("completed"),
+    ]
+    path = write(tmp_path / "2026-07-18" / f"{SID}_001.jsonl", records)
+    assert_replays(path)
+
+
+def test_normalization_hides_ids_and_paths_only(tmp_path: Path) -> None:
+    """Timestamps dropped; session_meta keeps the model identity but not ids/paths; ids and
+    scratchpad paths inside other records are placeholders on both sides."""
+    pad = f"/h/p/agents/a/scratchpad/{SID}/img.png"
+    records = [hand_meta(), b.user_text(f"see [attached image: {pad}] in /h/ws")]
+    lines = normalize(records)
+    assert lines[0] == ('{"type":"session_meta","payload":{"provider":"acme","model_id":"m",'
+                        '"model_context_window":"unknown","system_prompt":"sys"}}')
+    assert "[attached image: <scratchpad>/img.png] in <workspace>" in lines[1]
+    assert "timestamp" not in lines[1]
+
+
+def test_syrupy_extension_serializes_one_record_per_line(tmp_path: Path) -> None:
+    """GoldenTraceExtension stores a replay's normalized records, one JSON line each."""
+    result = replay_trace(FIXTURES / "plain")
+    ext = GoldenTraceExtension()
+    text = ext.serialize(result)
+    assert text.splitlines() == result.normalized
+    assert text.endswith("\n")
+    assert ext.serialize(result.normalized) == text
+    assert isinstance(result, ReplayResult)
+    with pytest.raises(TypeError):
+        ext.serialize(42)
+
+
+def test_syrupy_snapshot_round_trip(pytester: pytest.Pytester) -> None:
+    """The documented use: ``assert replay_trace(path).normalized == snapshot(
+    extension_class=GoldenTraceExtension)`` records, then checks, a ``.jsonl`` snapshot."""
+    pytester.makepyfile(
+        test_golden_user=textwrap.dedent(
+            f"""
+            from replay.golden import GoldenTraceExtension, replay_trace
+
+            def test_plain(snapshot):
+                result = replay_trace({str(FIXTURES / "plain")!r})
+                assert result.matched, result
+                assert result.normalized == snapshot(extension_class=GoldenTraceExtension)
+            """
+        )
+    )
+    created = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "--snapshot-update")
+    created.assert_outcomes(passed=1)
+    (snap,) = pytester.path.rglob("*.jsonl")
+    assert snap.read_text().splitlines() == replay_trace(FIXTURES / "plain").normalized
+    pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest").assert_outcomes(passed=1)
+    snap.write_text(snap.read_text().replace("2 + 2 = 4.", "2 + 2 = 5."))
+    pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest").assert_outcomes(failed=1)
+
+
+@pytest.mark.anyio
+async def test_async_entry_point() -> None:
+    result = await areplay_trace(FIXTURES / "retry")
+    assert result.matched and result.runs_compared == 1
+
+
+def test_a_trace_without_session_meta_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path / f"{SID}_001.jsonl", [b.user_text("hi")])
+    with pytest.raises(ValueError, match="session_meta"):
+        replay_trace(path)
