@@ -163,6 +163,8 @@ class Session:
         self._busy = False
         self._broken: str | None = None
         self._write_failed = False
+        # The current file holds nothing but its rotation head (R-ROOT-10 residue if we stop).
+        self._head_only = False
         self._steering: list[list[OmniMessage]] = []
         self._backoff_wake: anyio.Event | None = None
         self._title_user: list[str] = []
@@ -346,6 +348,7 @@ class Session:
             elif self._state.rotation_pending:
                 self._rotate(writer)
             writer.append(msg)
+            self._head_only = False
         except RecordTooLarge as exc:
             raise _WriteFailed(exc, fatal=False) from None
         except TraceError as exc:
@@ -360,6 +363,7 @@ class Session:
     def _rotate(self, writer: TraceWriter) -> None:
         """R-TRACE-8/9: the next file starts with the session's own head records."""
         self._trace_path = writer.rotate()
+        self._head_only = True
         writer.append(self._meta)
         self._fold(self._meta)
         self._tool_list_in_file = False
@@ -498,7 +502,12 @@ class Session:
             self._broken = str(cause)
         run.signal.abort()
         msg = b.abort(reason)
-        if not failure.fatal:
+        if self._head_only:
+            # A failure right after a rotation: the new file is still crash residue that resume
+            # skips (R-ROOT-10), which keeps the compacted context and its summary.  An abort
+            # written there would make it a context of its own and lose the summary.
+            pass
+        elif not failure.fatal:
             try:
                 self.record(msg)
             except _WriteFailed as second:

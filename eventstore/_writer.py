@@ -411,7 +411,12 @@ class TraceWriter:
 
     def _acquire_lock(self) -> int:
         path = self._lock_path
-        fd, created = _open_file(path, os.O_RDWR)
+        try:
+            fd, created = _open_file(path, os.O_RDWR)
+        except OSError as exc:
+            raise TraceWriteError(
+                _describe(exc, "cannot open the session lock"), path=path, errno=exc.errno
+            ) from exc
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -544,8 +549,12 @@ def _describe(exc: OSError, what: str) -> str:
 
 
 def _open_file(path: Path, flags: int) -> tuple[int, bool]:
-    """Open (creating 0600 if missing, whatever the umask: R-ROOT-9); say whether it was created."""
-    flags |= _CLOEXEC
+    """Open (creating 0600 if missing, whatever the umask: R-ROOT-9); say whether it was created.
+
+    A symlink is never followed (R-ROOT-9): a planted ``<session>.lock`` or trace link pointing
+    outside the data root must not be truncated or written through.
+    """
+    flags |= _CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
     while True:
         try:
             fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, _FILE_MODE)

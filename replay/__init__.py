@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from . import golden
+from ._replay_llm import ReplayEnvironment, ReplayLLM, recorded_approve
 from ._resume import load_session, resume_session
 from ._validate import Finding, validate_file, validate_paths, validate_session
 
 __all__ = [
     "Finding",
+    "ReplayEnvironment",
+    "ReplayLLM",
+    "golden",
     "load_session",
+    "recorded_approve",
     "resume_session",
     "validate_file",
     "validate_paths",

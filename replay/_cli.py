@@ -10,7 +10,9 @@ library.  Commands that only read (``sessions``, ``inspect``, ``validate``, ``st
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,6 +32,7 @@ from engine import CompactionSettings, LocalEnvironment, RetryPolicy, Session, a
 from engine.llm import DEFAULT_SCRIPT, ScriptedLLM
 from eventstore import DataRoot, OmniMessage, SessionMetaPayload, encode, validate_id
 from eventstore.builders import user_text
+from projections import ModelContext, SessionState
 
 from ._clikit import (
     CliError,
@@ -45,6 +48,7 @@ from ._clikit import (
     total_bytes,
     write_json,
 )
+from ._follow import follow
 from ._inspect import (
     build_inspection,
     context_dict,
@@ -56,8 +60,19 @@ from ._inspect import (
     render_records,
     state_dict,
 )
+from ._live import LlmOptions, build_compaction, build_llm, close_llm, drive, environment_for
 from ._render import StreamRenderer
+from ._resume import load_session, resume_session
 from ._safe import preview, safe, safe_json_bytes
+from ._stats import (
+    add_summaries,
+    finish_totals,
+    render_all,
+    render_usage,
+    usage_json,
+    usage_of,
+    usage_summary,
+)
 from ._validate import Finding, validate_session
 
 __all__ = ["app", "main"]
@@ -251,9 +266,7 @@ def _llm_options(
     model: str | None,
     base_url: str | None,
     api_key_env: str | None,
-) -> Any:
-    from ._live import LlmOptions
-
+) -> LlmOptions:
     return LlmOptions(
         script=script,
         llm=llm.value if llm is not None else None,
@@ -320,8 +333,6 @@ def run(
       penguin run -m "list the files" --workspace /tmp/ws
       penguin run -m "fix the tests" --llm openai --model gpt-4o --approve ask
     """
-    from ._live import build_compaction, build_llm, environment_for
-
     with errors_to_exit_codes():
         g = _globals(ctx)
         model_llm = build_llm(_llm_options(script, llm, model, base_url, api_key_env))
@@ -338,8 +349,6 @@ def run(
         )
 
         async def go() -> tuple[bool, str, Path]:
-            from ._live import close_llm, drive
-
             session = await Session.create(
                 llm=model_llm,
                 environment=environment,
@@ -378,9 +387,9 @@ def run(
 # --------------------------------------------------------------------------- resume
 
 
-def _load(g: Globals, session_id: str) -> tuple[list[Path], Path, Any, Any, OmniMessage]:
-    from ._resume import load_session
-
+def _load(
+    g: Globals, session_id: str
+) -> tuple[list[Path], Path, ModelContext, SessionState, OmniMessage]:
     try:
         return load_session(g.root(), session_id, project=g.project, agent=g.agent)
     except FileNotFoundError:
@@ -395,7 +404,7 @@ def resume(
     session_id: Annotated[
         str | None,
         typer.Argument(help="Session id [default: the latest session of the project/agent].",
-                       show_default=False),
+                       show_default=False, metavar="SESSION_ID"),
     ] = None,
     message: Annotated[
         str | None,
@@ -434,8 +443,6 @@ def resume(
         if message is None:
             _print_resume_state(sid, files, latest, context, state, meta, as_json=as_json)
             return
-        from ._live import build_compaction, build_llm, close_llm, drive, environment_for
-        from ._resume import resume_session
 
         meta_payload = meta.payload
         assert isinstance(meta_payload, SessionMetaPayload)
@@ -497,8 +504,8 @@ def _print_resume_state(
     sid: str,
     files: list[Path],
     latest: Path,
-    context: Any,
-    state: Any,
+    context: ModelContext,
+    state: SessionState,
     meta: OmniMessage,
     *,
     as_json: bool,
@@ -564,8 +571,6 @@ def sessions(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     Columns: id, project/agent, created (from the id), files, records, turns, the status of the
     last request, and the latest trace file.  Reads only; takes no lock.
     """
-    from ._resume import load_session
-
     with errors_to_exit_codes():
         g = _globals(ctx)
         root = g.root()
@@ -690,10 +695,6 @@ def inspect(
 
 
 def _follow(path: Path, *, as_json: bool) -> None:
-    import sys
-
-    from ._follow import follow
-
     out = _console()
 
     def emit(index: int, ordinal: int, line: int, record: OmniMessage) -> None:
@@ -733,7 +734,7 @@ def validate(
     paths: Annotated[
         list[str],
         typer.Argument(help="Session ids, trace files or directories (searched recursively).",
-                       show_default=False, metavar="SESSION_OR_PATH..."),
+                       show_default=False, metavar="SESSION_OR_PATH"),
     ],
     strict: Annotated[
         bool, typer.Option("--strict", help="Fail on warnings too, and report decreasing "
@@ -919,7 +920,7 @@ def stats(
     target: Annotated[
         str | None,
         typer.Argument(help="A session id or trace path [default: the latest session].",
-                       show_default=False, metavar="[SESSION_OR_PATH]"),
+                       show_default=False, metavar="SESSION_OR_PATH"),
     ] = None,
     all_sessions: Annotated[
         bool, typer.Option("--all", help="Every session of the data root (or of --project / "
@@ -932,16 +933,6 @@ def stats(
     From the Usage projection: one row per request span (turn or compaction) with its status,
     attempt and token counts, plus error rows (failed requests, failed compactions, aborts).
     """
-    from ._stats import (
-        add_summaries,
-        finish_totals,
-        render_all,
-        render_usage,
-        usage_json,
-        usage_of,
-        usage_summary,
-    )
-
     with errors_to_exit_codes():
         g = _globals(ctx)
         if all_sessions and target is not None:
@@ -1042,9 +1033,6 @@ async def _demo(home: Path, workspace: Path, console: Console) -> list[Path]:
 
 def main() -> None:
     """Console-script entry point: a closed stdout (``| head``) ends quietly."""
-    import os
-    import sys
-
     try:
         app()
     except BrokenPipeError:

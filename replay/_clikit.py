@@ -14,7 +14,7 @@ import re
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -173,18 +173,16 @@ def sniff_trace(path: Path) -> None:
         raise CliError(f"{shown}: not UTF-8 text, not a trace") from None
     if head.startswith(codecs.BOM_UTF8):
         head = head[len(codecs.BOM_UTF8) :]
-    lines = head.split(b"\n")
-    if more:
-        lines.pop()  # cut by the sniff limit
-    candidates = [line for line in lines if line.strip()][:_SNIFF_LINES]
-    for line in candidates:
+    *lines, tail = head.split(b"\n")  # ``tail``: unterminated (torn, or cut by the limit)
+    complete = [line for line in lines if line.strip()][:_SNIFF_LINES]
+    for line in complete:
         try:
             decode(line.strip())
         except Exception:
             continue
         return
-    if not candidates and head.lstrip().startswith(b"{"):
-        return  # one line longer than the sniffed prefix
+    if not complete and tail.lstrip().startswith(b"{"):
+        return  # a torn first record, or one longer than the sniffed prefix
     raise CliError(f"{shown}: not a trace (no line is an OmniMessage record)")
 
 
@@ -207,7 +205,6 @@ class Target:
     project: str | None = None
     agent: str | None = None
     label: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _looks_like_id(text: str) -> bool:

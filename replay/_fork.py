@@ -120,12 +120,12 @@ def fork_session(
 def _check_position(at: object) -> tuple[int, int]:
     """R-FORK-1: a coordinate of two non-negative ints, the file index from 1."""
     if (
-        not isinstance(at, tuple)
+        not isinstance(at, tuple | list)
         or len(at) != 2
         or not all(isinstance(v, int) and not isinstance(v, bool) for v in at)
     ):
         raise ValueError(f"invalid fork point {at!r}: expected (file_index, ordinal), two ints")
-    index, ordinal = at
+    index, ordinal = (int(v) for v in at)
     if index < 1 or ordinal < 0:
         raise ValueError(
             f"invalid fork point {at!r}: file_index starts at 1 and ordinal at 0"
@@ -146,10 +146,15 @@ def _probe_lock(
     dates = {p.parent.name for p in files.values()}
     for date in sorted(dates):
         path = root.lock_path(session_id, project=project, agent=agent, date=date)
+        flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            fd = os.open(path, flags)
         except FileNotFoundError:
             continue  # no writer has ever opened the session here
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # R-ROOT-9: never follow a planted symlink
+                raise ValueError(f"refusing a symlinked session lock file: {path}") from None
+            raise
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)

@@ -60,6 +60,8 @@ ApproveMode = Literal["ask", "allow-all", "deny-all"]
 
 _PROVIDERS: Final = {"openai": "OpenAICompatible", "anthropic": "Anthropic"}
 _KEY_ENV: Final = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+# How long an approval prompt waits for the stream to show its call first.
+_SHOW_WAIT_S: Final = 1.0
 
 
 @dataclass(slots=True)
@@ -223,17 +225,20 @@ class _Asker:
             self._event(p.tool_call_id).set()
 
     async def _until_shown(self, call_id: str) -> bool:
+        """False when the run was aborted first.  Ordering is a nicety: a call the stream never
+        shows at top level (a nested session's) is asked about after a short wait anyway."""
         shown = self._event(call_id)
-        async with anyio.create_task_group() as tg:
+        with anyio.move_on_after(_SHOW_WAIT_S):
+            async with anyio.create_task_group() as tg:
 
-            async def on_cancel() -> None:
-                await self._cancel.wait()
+                async def on_cancel() -> None:
+                    await self._cancel.wait()
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(on_cancel)
+                await shown.wait()
                 tg.cancel_scope.cancel()
-
-            tg.start_soon(on_cancel)
-            await shown.wait()
-            tg.cancel_scope.cancel()
-        return shown.is_set()
+        return not self._cancel.aborted
 
     async def __call__(self, call: OmniMessage) -> Approval:
         if self._allow_rest:

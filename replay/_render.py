@@ -115,14 +115,14 @@ class StreamRenderer:
                 body = p.text if isinstance(p, TextPayload) else p.thinking
                 style = "" if isinstance(p, TextPayload) else "dim italic"
                 self._line(prefix + safe(body), style)
-            elif p.role == "user" and isinstance(p, TextPayload) and prefix:
+            elif p.role == "user" and isinstance(p, TextPayload):
+                # Input that arrives during a run: steering, or a subagent's task.
                 self._line(f"{prefix}> {safe(p.text)}", "bold")
             self._streamed_complete = False
             if p.stop_reason not in (None, "completed"):
                 self._line(f"{prefix}[{p.stop_reason}]", "yellow")
         elif isinstance(p, ImageUrlPayload):
-            if prefix:
-                self._line(f"{prefix}[image] {safe(p.image_url[:120], keep_newlines=False)}", "dim")
+            self._line(f"{prefix}[image] {safe(p.image_url[:120], keep_newlines=False)}", "dim")
         elif isinstance(p, ToolCallPayload):
             if p.stop_reason in (None, "completed"):
                 self._pending.add(prefix + p.tool_call_id)

@@ -455,8 +455,9 @@ class ReplayLLM:
     trace never closed counts as completed when its ``token_usage`` was recorded, R-RESUME-7a);
     ``mode="all"`` replays every span, ending the others with their recorded status and
     ``error_message`` (R-REPLAY-4; ``permanent`` when the run then ended with
-    ``llm request error: …``).  Past the end the outcome is ``failed``, permanent
-    (R-REPLAY-3).  ``requests`` records every ``LLMRequest`` received.  ``provider``,
+    ``llm request error: …``; a ``token_usage`` recorded in such a span is not replayed,
+    R-RUN-16).  Past the end the outcome is ``failed``, permanent (R-REPLAY-3).  Every
+    ``stream`` call takes the next response, title requests (R-TITLE-1) included.  ``requests`` records every ``LLMRequest`` received.  ``provider``,
     ``model_id`` and ``context_window`` come from the trace's ``session_meta``; ``vision`` is
     always true (recorded inputs were already folded when the model had none).
     """

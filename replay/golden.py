@@ -43,8 +43,9 @@ How a session is re-run:
   the compaction prompt = the first user text recorded after a summarize ``compaction_begin``.
   The context window comes from ``session_meta`` through ``ReplayLLM``.  Retry: ``base_ms`` /
   ``cap_ms`` from the recorded ``retry_in_ms`` values (attempt 1 gives the base, the largest
-  value the cap), ``max_reconnects`` from an exhausted turn (``attempt - 1``) or at least the
-  highest recorded attempt; the backoff waits are real, so keep them short when recording
+  value the cap); ``max_reconnects`` from an exhaustion ``abort`` (``… failed after N retries``),
+  else at least the highest recorded attempt; the compaction budget from a ``compaction_end``
+  that failed after spending it.  The backoff waits are real, so keep them short when recording
   goldens.
 - What is compared.  Both record sequences are normalized: ``timestamp`` dropped;
   ``session_meta`` keeps its model identity, system prompt and ``source`` but drops
@@ -101,8 +102,8 @@ __all__ = [
     "replay_trace",
 ]
 
-_RETRYABLE: Final = frozenset({"failed", "timeout", "malformed"})
 _MAX_TURNS_NOTICE: Final = re.compile(r"^\[reached max turns \((\d+)\); stopping\]\Z")
+_EXHAUSTED: Final = re.compile(r"^(?:reconnect|malformed response|llm request) failed after (\d+) retries")
 _META_DROPPED: Final = ("session_id", "agent_state", "workspace")
 _DEFAULT_MAX_TURNS: Final = 100
 
@@ -406,6 +407,7 @@ def _infer(
     compaction_max_attempt = 0
     compaction_exhausted: int | None = None
     in_compaction = False
+    last_in_span: RequestEndPayload | None = None
     for loc in located:
         p = loc.record.payload
         if isinstance(p, TextPayload):
@@ -427,6 +429,19 @@ def _infer(
         elif isinstance(p, CompactionEndPayload):
             in_compaction = False
             awaiting_prompt = False
+            # R-COMPACT-19: a failure after an unusable or transport-failed attempt spent the
+            # budget (an auth or permanent failure does not tell it).
+            last = last_in_span
+            if p.status == "failed" and p.attempt and last is not None and (
+                last.status in ("completed", "timeout", "malformed")
+                or (last.status == "failed" and p.attempt > 1)
+            ):
+                compaction_exhausted = p.attempt - 1
+            last_in_span = None
+        elif isinstance(p, AbortPayload):
+            found = _EXHAUSTED.search(p.reason or "")
+            if found and exhausted is None:
+                exhausted = int(found.group(1))  # R-RETRY-10: the budget, spelled out
         elif isinstance(p, RequestEndPayload):
             attempt = p.attempt or 1
             if p.retry_in_ms is not None:
@@ -437,15 +452,9 @@ def _infer(
                     later.append((attempt, p.retry_in_ms))
             if in_compaction:
                 compaction_max_attempt = max(compaction_max_attempt, attempt)
+                last_in_span = p
             else:
                 max_attempt = max(max_attempt, attempt)
-            if p.status in _RETRYABLE and p.retry_in_ms is None:
-                # Exhausted, or permanent (then an ``llm request error`` abort follows and the
-                # run is not compared anyway).
-                if in_compaction:
-                    compaction_exhausted = attempt - 1
-                elif p.error_message != mk.REQUEST_CLOSURE_ERROR:
-                    exhausted = attempt - 1
     if base is None and later:
         attempt, value = min(later)
         base = max(1, value >> (attempt - 1))

@@ -376,6 +376,20 @@ async def test_abort_cancels_the_http_stream(server: Any, from_thread: bool) -> 
     assert (text.text, text.stop_reason) == ("Hello", "aborted")
 
 
+async def test_leaving_the_stream_early_closes_the_response(server: Any) -> None:
+    """A consumer that stops iterating (aclose) releases the HTTP response: the half-read
+    connection is dropped, not returned to the pool, so the next request opens a new one."""
+    server.queue(K.sse(_first_events(3), end="hang"), K.sse(K.recording("openai_text.sse")))
+    async with llm_for(server) as llm:
+        stream = llm.stream(K.request())
+        first = await anext(stream)
+        assert first.payload.event_type == "start"
+        await stream.aclose()  # type: ignore[attr-defined]
+        _, outcome = await K.drain(llm.stream(K.request()))
+    assert outcome.status == "completed"
+    assert server.connections == 2
+
+
 async def test_abort_before_the_request_sends_nothing(server: Any) -> None:
     signal = AbortSignal()
     signal.abort()

@@ -52,7 +52,9 @@ def crash_script(gen: int, *, tasks: int, seed: int, delays: bool = True) -> dic
         p = f"g{gen}t{k}"
         shape = k % 3
         calls = []
-        for name, delay in (("a", 30), ("b", 4), ("c", 15)) if delays else (("a", 0), ("b", 0), ("c", 0)):
+        for name, delay in (
+            (("a", 30), ("b", 4), ("c", 15)) if delays else (("a", 0), ("b", 0), ("c", 0))
+        ):
             size = rng.choice((20, 200, 2000)) if name != "b" or k % 4 else 300_000
             calls.append(
                 {
@@ -78,14 +80,16 @@ def crash_script(gen: int, *, tasks: int, seed: int, delays: bool = True) -> dic
         elif shape == 1:
             responses.append([*lead, *calls, {"usage": SMALL}])
             responses.append([{"text": f"done {p}", "chunks": 2}, {"usage": BIG}])
-            responses.append(
-                [nap, {"text": f"[summary]boundary {p}[/summary]"}, {"usage": SMALL}]
-            )
+            responses.append([nap, {"text": f"[summary]boundary {p}[/summary]"}, {"usage": SMALL}])
         else:
             responses.append([*lead, {"steer": f"steer {p}"}, *calls, {"usage": BIG}])
             responses.append(
-                [{"text": f"[summary]mid-task {p}", "chunks": 2}, nap, {"text": "[/summary]"},
-                 {"usage": SMALL}]
+                [
+                    {"text": f"[summary]mid-task {p}", "chunks": 2},
+                    nap,
+                    {"text": "[/summary]"},
+                    {"usage": SMALL},
+                ]
             )
             responses.append([{"text": f"done {p}"}, nap, {"usage": SMALL}])
     return {
@@ -106,7 +110,9 @@ def _ack_appends(ack_fd: int) -> None:
         real(self, msg)
         head = msg.type == "session_meta" or isinstance(msg.payload, ToolListReadyPayload)
         crc = zlib.crc32(encode_line(msg))
-        os.write(ack_fd, f"A {self.path.name} {self.offset} {crc} {'h' if head else 'r'}\n".encode())
+        os.write(
+            ack_fd, f"A {self.path.name} {self.offset} {crc} {'h' if head else 'r'}\n".encode()
+        )
 
     TraceWriter.append = append  # type: ignore[method-assign]
 
@@ -132,8 +138,12 @@ async def _crash(args: argparse.Namespace) -> None:
     sys.stdout.flush()
     if args.session == "-":
         session = await Session.create(
-            llm=llm, environment=env, root=root, workspace=args.workspace,
-            system_prompt="You are under test.", **options,
+            llm=llm,
+            environment=env,
+            root=root,
+            workspace=args.workspace,
+            system_prompt="You are under test.",
+            **options,
         )
     else:
         session = await resume_session(root, args.session, llm=llm, environment=env, **options)
@@ -163,23 +173,33 @@ async def _hold(args: argparse.Namespace) -> None:
 
 
 def _rotate(args: argparse.Namespace) -> None:
-    """Numbered records ``<seq>:<filler>`` of sizes up to 2 MB; a rotation every ``--every``."""
+    """Numbered records ``<seq>:<filler>`` of sizes up to 1 MB; a rotation every ``--every``."""
     from eventstore import TraceWriter
     from eventstore import builders as b
 
     rng = random.Random(args.seed)
     head = b.session_meta(
-        session_id="tail", provider="p", model_id="m", model_context_window="unknown",
-        system_prompt="", agent_state="/x", workspace="/x", timestamp="2026-01-01T00:00:00.000Z",
+        session_id="tail",
+        provider="p",
+        model_id="m",
+        model_context_window="unknown",
+        system_prompt="",
+        agent_state="/x",
+        workspace="/x",
+        timestamp="2026-01-01T00:00:00.000Z",
     )
-    sizes = (10, 1000, 100_000, 2_000_000)
+    sizes = (10, 1000, 100_000, 1_000_000)
     with TraceWriter(Path(args.dir) / "tail_001.jsonl", fsync="never", head=lambda: [head]) as w:
         w.append(head)
         for seq in range(args.count):
             if seq and seq % args.every == 0:
                 w.rotate()
-            w.append(b.user_text(f"{seq}:" + "x" * rng.choice(sizes),
-                                 timestamp="2026-01-01T00:00:00.000Z"))
+            w.append(
+                b.user_text(
+                    f"{seq}:" + "x" * rng.choices(sizes, weights=(60, 30, 9, 1))[0],
+                    timestamp="2026-01-01T00:00:00.000Z",
+                )
+            )
     sys.stdout.write("done\n")
 
 
@@ -206,10 +226,18 @@ async def _umask(args: argparse.Namespace) -> None:
         "vision": False,
         "responses": [
             [
-                {"tool_call": {"name": "exec_command", "arguments": {
-                    "cmd": "yes line | head -c 200000", "timeout_ms": 10000}}},
-                {"tool_call": {"name": "write_file", "arguments": {
-                    "path": "made.txt", "content": "x"}}},
+                {
+                    "tool_call": {
+                        "name": "exec_command",
+                        "arguments": {"cmd": "yes line | head -c 200000", "timeout_ms": 10000},
+                    }
+                },
+                {
+                    "tool_call": {
+                        "name": "write_file",
+                        "arguments": {"path": "made.txt", "content": "x"},
+                    }
+                },
             ],
             [{"text": "done"}],
         ],
@@ -218,8 +246,12 @@ async def _umask(args: argparse.Namespace) -> None:
     root = DataRoot(args.home)
     env = LocalEnvironment(args.workspace, tools=builtin_tools(), max_output_length=1000)
     session = await Session.create(
-        llm=llm, environment=env, root=root, workspace=args.workspace,
-        system_prompt="Be brief.", compaction=None,
+        llm=llm,
+        environment=env,
+        root=root,
+        workspace=args.workspace,
+        system_prompt="Be brief.",
+        compaction=None,
     )
     png = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 32).decode()
     async with session:
@@ -231,24 +263,27 @@ async def _umask(args: argparse.Namespace) -> None:
 
 
 def _memory(args: argparse.Namespace) -> None:
-    def peak() -> int:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-
+    """One stage per process, so that each peak is its own (ru_maxrss never goes down)."""
     from eventstore import DataRoot, read_trace
     from replay import load_session, validate_paths
 
+    def peak() -> int:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
     base = peak()
     out: dict[str, Any] = {"base": base}
-    read = read_trace(args.file, report=False)
-    out["reader"] = [peak() - base, len(read.records), [d.kind for d in read.diagnostics]]
-    del read
-    findings = list(validate_paths([args.file]))
-    out["validate"] = [peak() - base, sorted({f.rule for f in findings})]
-    try:
-        load_session(DataRoot(args.home), args.session)
-        out["load"] = [peak() - base, "ok"]
-    except (ValueError, FileNotFoundError) as exc:
-        out["load"] = [peak() - base, type(exc).__name__]
+    if args.stage == "reader":
+        read = read_trace(args.file, report=False)
+        out["detail"] = [len(read.records), [d.kind for d in read.diagnostics]]
+    elif args.stage == "validate":
+        out["detail"] = sorted({f.rule for f in validate_paths([args.file])})
+    else:
+        try:
+            load_session(DataRoot(args.home), args.session)
+            out["detail"] = "ok"
+        except (ValueError, FileNotFoundError) as exc:
+            out["detail"] = type(exc).__name__
+    out["growth"] = peak() - base
     sys.stdout.write(json.dumps(out))
 
 
@@ -278,6 +313,7 @@ def main() -> None:
     memory.add_argument("--file", required=True)
     memory.add_argument("--home", required=True)
     memory.add_argument("--session", required=True)
+    memory.add_argument("--stage", choices=("reader", "validate", "load"), required=True)
     args = parser.parse_args()
 
     import anyio

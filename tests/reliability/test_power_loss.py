@@ -126,10 +126,14 @@ class RecordingOS:
 async def record_session(home: Path, workspace: Path) -> str:
     llm = ScriptedLLM(child.crash_script(0, tasks=TASKS, seed=SEED))
     session = await Session.create(
-        llm=llm, environment=ScriptedEnvironment.from_llm(llm), root=DataRoot(home),
-        workspace=workspace, system_prompt="You are under test.",
+        llm=llm,
+        environment=ScriptedEnvironment.from_llm(llm),
+        root=DataRoot(home),
+        workspace=workspace,
+        system_prompt="You are under test.",
         compaction=CompactionSettings(max_context_length=child.THRESHOLD),
-        retry=RetryPolicy(base_ms=1, cap_ms=2), fsync="turn",
+        retry=RetryPolicy(base_ms=1, cap_ms=2),
+        fsync="turn",
     )
     llm.bind(session)
     async with session:
@@ -212,9 +216,7 @@ def crash_states(log: list[Op]) -> Iterator[CrashState]:
                     cuts = sorted({1, len(data) // 2, len(data) - 1} - {0, len(data)})
                     for cut in cuts:
                         candidates.append((content + data[:cut], f"write {n} torn at {cut}"))
-                    candidates.append(
-                        (content + b"\0" * len(data), f"write {n} zero-filled")
-                    )
+                    candidates.append((content + b"\0" * len(data), f"write {n} zero-filled"))
                 content = _apply(content, pending)
                 candidates.append((content, f"{n} of {len(model.pending)} writes"))
             for content, variant in candidates:
@@ -230,9 +232,7 @@ def committed_turns(records: list[OmniMessage]) -> int:
     return SessionState.from_records(records).turns_total
 
 
-def materialise(
-    state: CrashState, source: Path, target: Path, present: dict[Path, bytes]
-) -> None:
+def materialise(state: CrashState, source: Path, target: Path, present: dict[Path, bytes]) -> None:
     """Make ``target`` hold exactly the state's trace files.  Directories, lock files and files
     that did not change since the previous state are reused: creating, truncating and removing
     files is what costs most on a journaling file system."""
@@ -273,9 +273,13 @@ async def check_state(
     llm = ScriptedLLM([[{"text": "after power loss"}, {"usage": {"cache_write": 10}}]])
     try:
         session = await resume_session(
-            root, session_id, llm=llm, environment=ScriptedEnvironment.from_llm(llm),
+            root,
+            session_id,
+            llm=llm,
+            environment=ScriptedEnvironment.from_llm(llm),
             compaction=CompactionSettings(max_context_length=child.THRESHOLD),
-            retry=RetryPolicy(base_ms=1, cap_ms=2), fsync="never",
+            retry=RetryPolicy(base_ms=1, cap_ms=2),
+            fsync="never",
         )
     except FileNotFoundError:
         # Legal only when nothing durable holds a session_meta (R-ROOT-10).
@@ -295,7 +299,8 @@ async def check_state(
             if root_dir / path.relative_to(source) in residue:
                 assert all(
                     decode(line).type == "session_meta" or b'"tool_list_ready"' in line
-                    for line in content.split(b"\n") if line
+                    for line in content.split(b"\n")
+                    if line
                 ), "a residue file held more than its rotation head"
                 continue
             for line in content.split(b"\n"):

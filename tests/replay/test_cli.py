@@ -256,6 +256,17 @@ def test_run_approve_ask_reads_the_answer_from_stdin(
     assert decisions == [decision]
 
 
+def test_run_shows_steering_delivered_during_the_run(tmp_path: Path) -> None:
+    """Input that arrives mid-run (R-STEER) is part of the rendering, not only of the trace."""
+    script = {"responses": [[{"steer": "also check b.txt"}, {"text": "Looking at a."}],
+                            [{"text": "And b too."}]]}
+    result = run_session(tmp_path, tmp_path / "home", script)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert out.index("Looking at a.") < out.index("> [user_steering]\nalso check b.txt") \
+        < out.index("And b too.")
+
+
 def test_run_that_ends_with_abort_exits_1_r_cli_1(tmp_path: Path) -> None:
     home = tmp_path / "home"
     result = run_session(tmp_path, home, PERMANENT)
@@ -661,6 +672,16 @@ def test_bad_input_exits_2_without_a_traceback(tmp_path: Path, command: str, kin
         assert result.stdout == ""
 
 
+def test_a_torn_only_record_is_still_a_trace(tmp_path: Path) -> None:
+    """Crash residue (one record cut before its newline) is a trace with a V-1 warning, not
+    "not a trace" (exit 2)."""
+    path = tmp_path / f"{SID}_001.jsonl"
+    path.write_bytes(encode_line(meta())[:-1])
+    result = invoke("validate", path)
+    assert result.exit_code == 0, result.output
+    assert "V-1 warning" in result.stdout
+
+
 def test_unknown_option_is_a_usage_error() -> None:
     assert invoke("inspect", "--no-such-option", "x").exit_code == 2
 
@@ -774,7 +795,7 @@ def test_renderer_attributes_concurrent_tool_output_by_call_id() -> None:
     lines = console.export_text().splitlines()
     assert "  [c1] one" in lines and "  [c2] alpha" in lines and "  [c1] two" in lines
     # A line split across fragments is printed once, whole; a lone call is not tagged.
-    assert "  solo" in lines and not any("tw" == line.strip() for line in lines)
+    assert "  solo" in lines and not any(line.strip() == "tw" for line in lines)
     # Streamed output is not printed a second time when the complete output arrives.
     assert lines.count("  [c1] one") == 1
     assert lines.index("  [c1] one") < lines.index("  [c2] alpha") < lines.index("  [c1] two")

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +77,7 @@ def penguins(*calls: list[str | Path]) -> list[subprocess.CompletedProcess[bytes
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """One session recorded by ``penguin run`` (R-CLI-1), shared by the read-only tests."""
     base = tmp_path_factory.mktemp("recorded")
     script = base / "fast.json"
@@ -91,7 +90,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, s
     out = proc.stdout.decode()
     assert '[tool] shell {"cmd":"ls"}' in out and "Here are two files." in out
     assert f"session: {info.session_id}" in out and f"trace:   {info.files[-1]}" in out
-    yield base / "home", info.session_id
+    return base / "home", info.session_id
 
 
 def test_run_json_lines_r_cli_1(tmp_path: Path) -> None:

@@ -519,6 +519,23 @@ async def test_locked_by_another_process(env: Env) -> None:
             holder.stdout.close()
 
 
+@pytest.mark.parametrize("inside", [False, True])
+async def test_symlinked_lock_file_refused(env: Env, tmp_path: Path, inside: bool) -> None:
+    """R-ROOT-9: the probe never follows a lock-file symlink, out of the root (the layout
+    refuses it) or within it (opened with O_NOFOLLOW)."""
+    sid = await two_task_session(env)
+    lock = env.root.lock_path(sid)
+    target = (env.home / "planted") if inside else (tmp_path / "outside")
+    target.write_text("keep")
+    lock.unlink()
+    lock.symlink_to(target)
+    source = env.root.trace_files(sid)[0]
+    expected = "symlinked session lock" if inside else "outside the data root"
+    with pytest.raises(ValueError, match=expected):
+        fork_session(env.root, sid, at=(1, ordinal_of(source, "one")))
+    assert target.read_text() == "keep"
+
+
 # --------------------------------------------------------------------------- rejections
 
 
@@ -535,10 +552,18 @@ def task(prompt: str, reply: str) -> list[OmniMessage]:
             b.request_end("completed")]
 
 
-@pytest.mark.parametrize("at", [(0, 3), (1, -1), (True, 3), ("1", 3), [1, 3], (1,), (1, 2, 3)])
+@pytest.mark.parametrize("at", [(0, 3), (1, -1), (True, 3), ("1", 3), (1.0, 3), (1,), (1, 2, 3),
+                                "13", None])
 def test_malformed_positions(tmp_path: Path, at: Any) -> None:
     """R-FORK-1: a coordinate is two ints, file index from 1, ordinal from 0."""
     reject(tmp_path / "home", [meta(SID), *task("a", "A")], at, "invalid fork point")
+
+
+def test_position_as_a_list(tmp_path: Path) -> None:
+    """A coordinate decoded from JSON arrives as a list; it names the same record."""
+    home = tmp_path / "home"
+    write_trace(manual_path(home), [meta(SID), *task("a", "A")])
+    assert fork_session(DataRoot(home), SID, at=[1, 3])  # type: ignore[arg-type]
 
 
 def test_unknown_session(tmp_path: Path) -> None:

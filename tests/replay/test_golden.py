@@ -4,6 +4,7 @@ validated and resumed; deliberate changes are reported at the right file:line.""
 
 from __future__ import annotations
 
+import re
 import shutil
 import textwrap
 from pathlib import Path
@@ -62,7 +63,12 @@ RUNS: dict[str, tuple[int, int]] = {
     "multi_file": (3, 3),
     "resumed": (2, 2),
 }
-SCENARIOS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
+# A scenario is a directory laid out as <scenario>/<yyyy-mm-dd>/<session_id>_<NNN>.jsonl (other
+# corpora beside it, such as hostile/, have their own layout and tests).
+SCENARIOS = sorted(
+    p.name for p in FIXTURES.iterdir()
+    if p.is_dir() and any(re.fullmatch(r"\d{4}-\d{2}-\d{2}", d.name) for d in p.iterdir())
+)
 INTACT = [s for s in SCENARIOS if not s.startswith("damaged_")]
 DAMAGED = [s for s in SCENARIOS if s.startswith("damaged_")]
 
@@ -406,3 +412,56 @@ def test_a_trace_without_session_meta_is_refused(tmp_path: Path) -> None:
     path = write(tmp_path / f"{SID}_001.jsonl", [b.user_text("hi")])
     with pytest.raises(ValueError, match="session_meta"):
         replay_trace(path)
+
+
+@pytest.mark.anyio
+async def test_failed_boundary_compaction_replays_with_the_inferred_budget(
+    tmp_path: Path,
+) -> None:
+    """A compaction that spends its budget at a task boundary ends no run (R-COMPACT-23), so
+    it is compared: the budget (R-COMPACT-19), the repairs and corrective note (R-COMPACT-14/15)
+    and the ladder values must all be re-derived from the trace."""
+    from engine import CompactionSettings, Session
+
+    script = {
+        "tools": [{"name": "t", "description": "test tool"}],
+        "responses": [
+            [{"text": "Done."}, {"usage": {"cache_write": 900}}],
+            [{"tool_call": {"name": "t", "arguments": {}}}],  # unusable: calls a tool
+            [{"text": "no tags and"}, {"fail": {"status": "timeout", "message": "slow"}}],
+            [{"text": ""}],  # unusable: empty
+            [{"text": "Next answer."}, {"usage": {"cache_write": 10}}],
+        ],
+    }
+    llm = ScriptedLLM(script)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    session = await Session.create(
+        llm=llm, environment=ScriptedEnvironment.from_llm(llm), root=tmp_path / "home",
+        workspace=ws, compaction=CompactionSettings(max_context_length=500),
+        retry=RetryPolicy(max_reconnects=5, base_ms=1, cap_ms=2, compaction_max_reconnects=2),
+    )
+    async with session:
+        await collect(session.run([b.user_text("go")], approve=allow_all))
+        await collect(session.run([b.user_text("again")], approve=allow_all))
+    paths = DataRoot(tmp_path / "home").trace_files(session.id)
+    ends = [r.payload for r in read_trace(paths).records
+            if isinstance(r.payload, CompactionEndPayload)]
+    assert [(e.status, e.attempt) for e in ends] == [("failed", 3)]
+    result = await areplay_trace(paths)
+    assert result.matched, result
+    assert result.runs_compared == 2
+
+
+def test_records_in_memory_replay_and_report_without_a_file() -> None:
+    """``replay_trace`` takes records too; a divergence then names ``<records>:<n>``."""
+    records = read_trace(files("plain")).records
+    assert replay_trace(records).matched
+    changed = list(records)
+    n = next(i for i, r in enumerate(changed) if payload_type(r) == "request_end")
+    changed[n] = b.request_end("completed", attempt=7, timestamp=changed[n].timestamp)
+    result = replay_trace(changed)
+    assert result.divergence is not None
+    assert result.divergence.file is None
+    assert str(result).startswith(f"<records>:{n + 1}: expected ")
+    assert result.divergence.reason == "request_end: payload.attempt missing"

@@ -358,6 +358,31 @@ async def test_dangling_retry_attempt_is_stamped(
     assert_requests_paired([req])
 
 
+async def test_abort_inside_a_span_does_not_close_it(env: Env, tmp_path: Path) -> None:
+    """R-TRACE-15a: a fail-stop `abort` written inside the span leaves it open; the closure
+    lands after the abort, and the views do not move.  The block of a span closed by
+    R-RESUME-14a takes its request_begin's timestamp (R-PROJ-3a)."""
+    session, _ = await live_session(env, [[{"text": "ok"}]], ["go"])
+    path = env.root.trace_files(session.id)[0]
+    copy = tmp_path / "copy"
+    cut = copy_cut(env.home, copy, session.id, index_where(path, is_(RequestBeginPayload)) + 1)
+    begin = decode(lines_of(cut)[-1])
+    abort = b.abort("trace write failed: disk full")
+    with cut.open("ab") as f:
+        f.write(encode(abort) + b"\n")
+    truncated = read_trace(cut).records
+    (closure,) = await closures_after_resume(copy, session.id)
+    assert isinstance(closure.payload, RequestEndPayload)
+    assert (closure.payload.status, closure.payload.attempt) == ("aborted", 1)
+    after = read_trace(cut).records
+    assert after[-2] == abort and after[-1] == closure
+    ctx = ModelContext.from_records(truncated)
+    prompt = b.user_text("continue")
+    req = await resumed_request(copy, session.id, prompt)
+    assert req.messages == [*ctx.history, *ctx.pending, prompt]
+    assert req.messages[0].timestamp == begin.timestamp
+
+
 # --------------------------------------------------------------------------- R-RESUME-14
 
 

@@ -1,0 +1,144 @@
+"""CLI throughput on many small sessions: ``penguin validate`` and ``penguin stats --all`` over
+2,000 generated session files, against reading the same files' bytes, measured in the same run.
+
+Two figures per command: in-process (the command's own cost) and as a real process with the
+progress bar on stderr (what a user sees, start-up included).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from eventstore import OmniMessage, TokenCounts, ToolDefinition, encode_line
+from eventstore import builders as b
+from replay._cli import app
+
+SESSIONS = 2000
+REPEATS = 3
+_TOOLS = [ToolDefinition(name="exec_command", description="Run a shell command.")]
+
+
+def _ts(i: int) -> str:
+    s, ms = divmod(i * 13, 1000)
+    return f"2026-07-18T{(s // 3600) % 24:02d}:{(s // 60) % 60:02d}:{s % 60:02d}.{ms:03d}Z"
+
+
+def _session(sid: str, rng: random.Random) -> bytes:
+    """A small, valid session: a prompt, a tool turn, a final answer (about 3 KiB)."""
+    usage1 = TokenCounts(cache_write=rng.randint(50, 500), output=rng.randint(5, 50))
+    usage1 = TokenCounts(cache_write=usage1.cache_write, output=usage1.output,
+                         total=usage1.cache_write + usage1.output)
+    usage2 = TokenCounts(cache_read=usage1.total, cache_write=40, output=20,
+                         total=usage1.total + 60)
+    cid = f"call_{rng.getrandbits(32):08x}"
+    records: list[OmniMessage] = [
+        b.session_meta(session_id=sid, provider="bench", model_id="bench-model",
+                       model_context_window=200_000, system_prompt="You are careful. " * 20,
+                       agent_state="/home/u/.penguin/data/p/agents/a/agent_state",
+                       workspace="/home/u/project"),
+        b.user_text("Please list the project files and summarize them."),
+        b.tool_list_ready(_TOOLS),
+        b.request_begin(),
+        b.thinking("I should look at the files first. " * 3),
+        b.assistant_text("Let me list them."),
+        b.tool_call("exec_command", {"cmd": "ls -la"}, cid),
+        b.approval_decision("allow", cid),
+        b.token_usage(usage1),
+        b.request_end("completed"),
+        b.tool_call_output(cid, "total 8\n-rw-r--r-- 1 u u 120 README.md\n" * 4),
+        b.request_begin(),
+        b.assistant_text("There is one README and nothing else of note. " * 4),
+        b.token_usage(usage2, TokenCounts(cache_read=usage1.total, cache_write=usage1.cache_write + 40,
+                                          output=usage1.output + 20,
+                                          total=2 * usage1.total + 60)),
+        b.request_end("completed"),
+    ]
+    return b"".join(
+        encode_line(OmniMessage(_ts(i), r.type, r.payload)) for i, r in enumerate(records)
+    )
+
+
+def generate(home: Path, count: int = SESSIONS, seed: int = 11) -> list[Path]:
+    rng = random.Random(seed)
+    day = home / "default_project" / "agents" / "default_agent" / "traces" / "2026-07-18"
+    day.mkdir(parents=True)
+    paths = []
+    for n in range(count):
+        sid = f"session-2026-07-18-{n // 3600 % 24:02d}-{n // 60 % 60:02d}-{n % 60:02d}-{n:08x}"
+        path = day / f"{sid}_001.jsonl"
+        path.write_bytes(_session(sid, rng))
+        paths.append(path)
+    return paths
+
+
+def _best(fn: Callable[[], object]) -> float:
+    best = float("inf")
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _in_process(args: list[str]) -> Callable[[], object]:
+    def run() -> object:
+        result = CliRunner().invoke(app, args)
+        if result.exit_code != 0:
+            raise RuntimeError(f"penguin {' '.join(args)} exited {result.exit_code}: "
+                               f"{result.output[:500]}")
+        return result
+
+    return run
+
+
+def _as_process(args: list[str]) -> float:
+    """One real run; stderr is inherited so the progress bar is visible."""
+    penguin = Path(sys.executable).parent / "penguin"
+    env = {k: v for k, v in os.environ.items() if k != "PENGUIN_HOME"}
+    start = time.perf_counter()
+    code = subprocess.call([str(penguin), *args], stdout=subprocess.DEVNULL, env=env)
+    elapsed = time.perf_counter() - start
+    if code != 0:
+        raise RuntimeError(f"penguin {' '.join(args)} exited {code}")
+    return elapsed
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp) / "home"
+        start = time.perf_counter()
+        paths = generate(home)
+        t_gen = time.perf_counter() - start
+        size = sum(p.stat().st_size for p in paths)
+
+        t_bytes = _best(lambda: [p.read_bytes() for p in paths])
+        t_validate = _best(_in_process(["validate", str(home), "--json"]))
+        t_stats = _best(_in_process(["--home", str(home), "stats", "--all", "--json"]))
+        p_validate = _as_process(["validate", str(home)])
+        p_stats = _as_process(["--home", str(home), "stats", "--all"])
+
+    print(f"cli: {SESSIONS} session files, {size / 2**20:.1f} MiB "
+          f"({size // SESSIONS} B each), generated in {t_gen * 1000:.0f} ms")
+    print(f"  read bytes (baseline)          {t_bytes * 1000:8.1f} ms")
+
+    def row(name: str, t: float) -> None:
+        print(f"  {name:<30} {t * 1000:8.1f} ms  x{t / t_bytes:7.1f} vs reading the bytes  "
+              f"{t / SESSIONS * 1e6:7.0f} us/file")
+
+    row("validate (in process)", t_validate)
+    row("stats --all (in process)", t_stats)
+    row("penguin validate (process)", p_validate)
+    row("penguin stats --all (process)", p_stats)
+
+
+if __name__ == "__main__":
+    main()
