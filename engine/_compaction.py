@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 from eventstore import CompactionReason, OmniMessage, TextPayload, ToolCallPayload
 from eventstore import builders as b
 from eventstore.builders import stop_reason_of
-from projections import _markers as mk
+from projections import markers as mk
 
 if TYPE_CHECKING:
     from ._session import Session, _Run
@@ -192,7 +192,9 @@ class CompactionRunner:
             if retries >= budget:  # R-COMPACT-19
                 return end("failed", error=last_detail)
             retries += 1
-            if await s.backoff(run, s._retry.delay_ms(retries)):
+            wait = attempt.retry_in_ms if attempt.retry_in_ms is not None else s._retry.delay_ms(
+                retries)
+            if await s.backoff(run, wait):
                 return end("aborted")
 
     # ------------------------------------------------------------------ manual

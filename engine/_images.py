@@ -15,7 +15,7 @@ from pathlib import Path
 
 from eventstore import ImageUrlPayload, OmniMessage, TextPayload
 from eventstore.builders import user_text
-from projections._markers import IMAGE_DROPPED_LINE, attached_image_line
+from projections.markers import IMAGE_DROPPED_LINE, attached_image_line
 
 __all__ = ["fold_images"]
 

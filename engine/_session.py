@@ -4,7 +4,7 @@ Owns: the session lifecycle (create, the task group, close), the record path (wr
 into the projections, then push onto the run's stream), ``run()`` as an abandon-safe async
 generator, steering, manual compaction, titles.  Does not: decide what the model sees (the
 ``projections`` fold does: every request is built from ``ModelContext``), run tools (the
-``Environment``), or format markers (``projections._markers``).
+``Environment``), or format markers (``projections.markers``).
 
 Concurrency shape: ``run()`` starts one driver task in the session's task group and only ever
 awaits the receiving end of a memory stream, so nothing yields inside a task group or cancel
@@ -48,7 +48,7 @@ from eventstore import (
 from eventstore import builders as b
 from eventstore.builders import is_partial, payload_type, stop_reason_of
 from projections import ModelContext, SessionState
-from projections import _markers as mk
+from projections import markers as mk
 
 from ._compaction import CompactionRunner
 from ._config import CompactionSettings, RetryPolicy
@@ -102,6 +102,7 @@ class _Attempt:
     outcome: LLMOutcome
     called_tools: bool  # the ledger holds at least one completed call
     outputs: list[OmniMessage]  # the complete assistant messages recorded, in order
+    retry_in_ms: int | None = None  # the wait stamped on request_end (None: no in-run retry)
 
 
 def _warn(text: str) -> None:
@@ -592,7 +593,9 @@ class Session:
                                                           outcome.message)))
                 return None
             reconnects += 1
-            if await self.backoff(run, policy.delay_ms(reconnects)):
+            wait = attempt.retry_in_ms if attempt.retry_in_ms is not None else policy.delay_ms(
+                reconnects)
+            if await self.backoff(run, wait):
                 self.emit(run, b.abort(mk.ABORT_DURING_BACKOFF))
                 return None
 
@@ -650,16 +653,19 @@ class Session:
         outputs: list[OmniMessage] = []
         async with anyio.create_task_group() as tools:
             outcome, called = await self._consume(run, request, tools, push, dispatch, outputs)
+            retry_in_ms = self._retry_in_ms(run, outcome, reconnects, budget)
             end = b.request_end(
                 outcome.status,
                 error_message=outcome.message if outcome.status != "completed" else None,
                 attempt=_attempt_stamp(outcome.status, reconnects),
-                retry_in_ms=self._retry_in_ms(run, outcome, reconnects, budget),
+                retry_in_ms=retry_in_ms,
             )
             self.record(end)
             if dispatch:
                 run.push(end)
-        return _Attempt(outcome=outcome, called_tools=called, outputs=outputs)
+        return _Attempt(
+            outcome=outcome, called_tools=called, outputs=outputs, retry_in_ms=retry_in_ms
+        )
 
     def _retry_in_ms(
         self, run: _Run, outcome: LLMOutcome, reconnects: int, budget: int
@@ -669,7 +675,12 @@ class Session:
             return None
         if reconnects >= budget:
             return None
-        return self._retry.delay_ms(reconnects + 1)
+        delay = self._retry.delay_ms(reconnects + 1)
+        if outcome.retry_after_s is not None and outcome.retry_after_s > 0:
+            # The provider asked for a longer wait (Retry-After): honour it up to the cap.
+            asked = math.ceil(outcome.retry_after_s * 1000)
+            delay = max(delay, min(asked, self._retry.cap_ms))
+        return delay
 
     async def _consume(
         self,

@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from eventstore import AbortPayload, DataRoot, OmniMessage, TextPayload
 from eventstore import builders as b
 from eventstore.builders import is_partial, payload_type, stop_reason_of
-from projections import _markers as mk
+from projections import markers as mk
 
 from ._protocols import LLM, ApproveFn, Environment
 from ._signal import AbortSignal

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from eventstore import OmniMessage, TextPayload, TokenUsagePayload
 from eventstore.builders import user_text
-from projections import _markers as mk
+from projections import markers as mk
 
 from ._protocols import LLM, LLMOutcome, LLMRequest
 from ._signal import AbortSignal

@@ -13,8 +13,11 @@ from ._exceptions import (
     TraceWriteError,
 )
 from ._layout import DataRoot, SessionInfo, validate_id
-from ._reader import TraceRead, iter_trace, read_trace, scan_trace
+from ._reader import TraceRead, file_index, iter_trace, read_trace, scan_trace
 from ._schema import (
+    EVENT_PAYLOAD_TYPES,
+    MODEL_PAYLOAD_TYPES,
+    PARTIAL_PAYLOAD_TYPES,
     AbortPayload,
     Approval,
     ApprovalDecisionPayload,
@@ -54,6 +57,9 @@ from ._schema import (
 from ._writer import FsyncPolicy, TraceWriter
 
 __all__ = [
+    "EVENT_PAYLOAD_TYPES",
+    "MODEL_PAYLOAD_TYPES",
+    "PARTIAL_PAYLOAD_TYPES",
     "AbortPayload",
     "Approval",
     "ApprovalDecisionPayload",
@@ -104,6 +110,7 @@ __all__ = [
     "decode",
     "encode",
     "encode_line",
+    "file_index",
     "iter_trace",
     "read_trace",
     "scan_trace",

@@ -609,7 +609,8 @@ def _read_pid(fd: int) -> int | None:
     except OSError:
         return None
     try:
-        pid = int(text.strip() or b"x")
+        # The pid is the first line (a holder that wrote without truncating leaves debris).
+        pid = int(text.split(b"\n", 1)[0].strip() or b"x")
     except ValueError:
         return None
     return pid if pid > 0 else None

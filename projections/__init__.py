@@ -13,9 +13,9 @@ from collections.abc import Iterable
 from eventstore import OmniMessage
 
 from ._context import CarryOver, ModelContext
-from ._markers import DEFAULT_COMPACTION_PROMPT
 from ._state import SessionState
 from ._usage import ErrorRow, Usage, UsageRow
+from .markers import DEFAULT_COMPACTION_PROMPT
 
 __all__ = [
     "DEFAULT_COMPACTION_PROMPT",

@@ -14,8 +14,9 @@ from (R-PROJ-3a), so a fresh fold reproduces it byte for byte.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from eventstore import (
     AbortPayload,
@@ -25,9 +26,11 @@ from eventstore import (
     CompactionReason,
     ImageUrlPayload,
     InlineDataPayload,
+    InlineThinkingPayload,
     OmniMessage,
     RequestBeginPayload,
     RequestEndPayload,
+    SessionMetaPayload,
     StopReason,
     TextPayload,
     ThinkingPayload,
@@ -40,7 +43,7 @@ from eventstore.builders import compaction_end as _compaction_end
 from eventstore.builders import request_end as _request_end
 from eventstore.builders import tool_call_output, user_text
 
-from ._markers import (
+from .markers import (
     PLACEHOLDER_ABORTED,
     PLACEHOLDER_CRASH,
     downgrade_goal,
@@ -314,79 +317,95 @@ class ModelContext:
         """Fold one record (R-RESUME-4 … R-RESUME-15)."""
         if record.origin is not None:
             return
-        kind = record.type
-        if kind == "session_meta":
+        p = record.payload
+        kind = type(p)
+        if kind is SessionMetaPayload or record.type == "session_meta":
             if self._seen_meta:
                 self._new_file = True
             self._seen_meta = True
             return
-        p = record.payload
-        if self._new_file and not isinstance(p, ToolListReadyPayload):
+        if self._new_file and kind is not ToolListReadyPayload:
             self._new_file = False
             self._reset(keep_summary=False)
         self._view_cache = None
-        if kind == "model_msg":
-            self._apply_model(record)
-        elif kind == "event_msg":
-            self._apply_event(record)
+        # Dispatch on the exact payload type (partials and unknown payloads have no handler).
+        handler = _HANDLERS.get(kind)
+        if handler is not None:
+            handler(self, record, p)
 
-    def _apply_model(self, record: OmniMessage) -> None:
-        p = record.payload
-        role = getattr(p, "role", None)
-        if role == "user" and isinstance(p, _USER_INPUT):
-            if self._closed:
-                self._reopen()
-            self._render.append(record)
-            if isinstance(p, ToolCallOutputPayload):
-                attempt = self._attempt_of_call.get(p.tool_call_id)
-                if attempt is not None:
-                    attempt.call_outputs.setdefault(p.tool_call_id, record)
-            else:
-                self._close_windows()
-                if self._compaction is not None and isinstance(p, TextPayload):
-                    if self._compaction_prompt is None:
-                        self._compaction_prompt = record
-                    self._compaction_inputs.append(record)
-            self._pending.append(record)
+    # ------------------------------------------------------------------ model messages
+
+    def _on_user_input(self, record: OmniMessage, p: Any) -> None:
+        if p.role != "user":
+            self._on_assistant(record, p)
             return
-        if role == "assistant" and not record.is_partial:
-            self._render.append(record)
-            if self._in_request:
-                self._outputs.append(record)
-                if isinstance(p, TextPayload):
-                    self._span_texts.append(p.text)
+        if self._closed:
+            self._reopen()
+        self._render.append(record)
+        self._close_windows()
+        if self._compaction is not None and type(p) is TextPayload:
+            if self._compaction_prompt is None:
+                self._compaction_prompt = record
+            self._compaction_inputs.append(record)
+        self._pending.append(record)
 
-    def _apply_event(self, record: OmniMessage) -> None:
-        p = record.payload
-        if isinstance(p, RequestBeginPayload):
-            if self._in_request:
-                self._drop_open_request(record.timestamp)
-            self._begin_request(record)
-        elif isinstance(p, RequestEndPayload):
-            if not self._in_request:
-                return
-            if p.status == "completed":
-                self._commit()
-            else:
-                self._drop_open_request(record.timestamp, p.status)
-        elif isinstance(p, TokenUsagePayload):
-            if self._in_request:
-                self._span_usage = True
-        elif isinstance(p, AbortPayload):
-            self._render.append(record)
-            self._on_abort(record.timestamp, p.reason)
-        elif isinstance(p, CompactionBeginPayload):
-            self._close_windows()
-            self._compaction = (p.reason, p.mode)
-            self._compaction_prompt = None
-            self._compaction_committed = False
-            self._compaction_inputs = []
-            self._compaction_requests = 0
-            self._last_span_texts = []
-        elif isinstance(p, CompactionEndPayload):
-            self._end_compaction(record, p)
-        elif isinstance(p, ToolListReadyPayload):
-            self._close_windows()
+    def _on_tool_output(self, record: OmniMessage, p: ToolCallOutputPayload) -> None:
+        if p.role != "user":
+            return
+        if self._closed:
+            self._reopen()
+        self._render.append(record)
+        attempt = self._attempt_of_call.get(p.tool_call_id)
+        if attempt is not None:
+            attempt.call_outputs.setdefault(p.tool_call_id, record)
+        self._pending.append(record)
+
+    def _on_assistant(self, record: OmniMessage, p: Any) -> None:
+        if p.role != "assistant":
+            return
+        self._render.append(record)
+        if self._in_request:
+            self._outputs.append(record)
+            if type(p) is TextPayload:
+                self._span_texts.append(p.text)
+
+    # ------------------------------------------------------------------ events
+
+    def _on_request_begin(self, record: OmniMessage, p: RequestBeginPayload) -> None:
+        if self._in_request:
+            self._drop_open_request(record.timestamp)
+        self._begin_request(record)
+
+    def _on_request_end(self, record: OmniMessage, p: RequestEndPayload) -> None:
+        if not self._in_request:
+            return
+        if p.status == "completed":
+            self._commit()
+        else:
+            self._drop_open_request(record.timestamp, p.status)
+
+    def _on_token_usage(self, record: OmniMessage, p: TokenUsagePayload) -> None:
+        if self._in_request:
+            self._span_usage = True
+
+    def _on_abort_record(self, record: OmniMessage, p: AbortPayload) -> None:
+        self._render.append(record)
+        self._on_abort(record.timestamp, p.reason)
+
+    def _on_compaction_begin(self, record: OmniMessage, p: CompactionBeginPayload) -> None:
+        self._close_windows()
+        self._compaction = (p.reason, p.mode)
+        self._compaction_prompt = None
+        self._compaction_committed = False
+        self._compaction_inputs = []
+        self._compaction_requests = 0
+        self._last_span_texts = []
+
+    def _on_compaction_end(self, record: OmniMessage, p: CompactionEndPayload) -> None:
+        self._end_compaction(record, p)
+
+    def _on_tool_list(self, record: OmniMessage, p: ToolListReadyPayload) -> None:
+        self._close_windows()
 
     # ------------------------------------------------------------------ requests
 
@@ -602,6 +621,24 @@ class ModelContext:
         return tool_call_output(
             cid, PLACEHOLDER_CRASH, stop_reason="aborted", timestamp=call.timestamp
         )
+
+
+_HANDLERS: dict[type[Any], Callable[[ModelContext, OmniMessage, Any], None]] = {
+    TextPayload: ModelContext._on_user_input,
+    ImageUrlPayload: ModelContext._on_user_input,
+    InlineDataPayload: ModelContext._on_user_input,
+    ToolCallOutputPayload: ModelContext._on_tool_output,
+    ThinkingPayload: ModelContext._on_assistant,
+    InlineThinkingPayload: ModelContext._on_assistant,
+    ToolCallPayload: ModelContext._on_assistant,
+    RequestBeginPayload: ModelContext._on_request_begin,
+    RequestEndPayload: ModelContext._on_request_end,
+    TokenUsagePayload: ModelContext._on_token_usage,
+    AbortPayload: ModelContext._on_abort_record,
+    CompactionBeginPayload: ModelContext._on_compaction_begin,
+    CompactionEndPayload: ModelContext._on_compaction_end,
+    ToolListReadyPayload: ModelContext._on_tool_list,
+}
 
 
 class CarryOver:

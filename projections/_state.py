@@ -26,10 +26,12 @@ traces), stated once:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from eventstore import (
+    PARTIAL_PAYLOAD_TYPES,
     AbortPayload,
     CompactionBeginPayload,
     CompactionEndPayload,
@@ -46,9 +48,8 @@ from eventstore import (
     ToolCallPayload,
     ToolListReadyPayload,
 )
-from eventstore.builders import is_partial
 
-from ._markers import extract_summary
+from .markers import extract_summary
 
 __all__ = ["SessionState"]
 
@@ -104,57 +105,65 @@ class SessionState:
     def apply(self, record: OmniMessage) -> None:
         """Fold one more record.  Origin-tagged and partial messages are not records of this
         session and are ignored (R-PROJ-4, R-TRACE-2)."""
-        if record.origin is not None or is_partial(record):
+        if record.origin is not None:
+            return
+        payload = record.payload
+        kind = type(payload)
+        if kind in _PARTIALS:
             return
         self.records += 1
         self._closed = False
-        payload = record.payload
 
-        if isinstance(payload, SessionMetaPayload):
+        if kind is SessionMetaPayload:
             self.files += 1
             if self.files > 1:
                 self._head = True
             self._derive()
             return
-        if self._head and not isinstance(payload, ToolListReadyPayload):
+        if self._head and kind is not ToolListReadyPayload:
             self._head = False
             self._start_new_context()
-
-        if isinstance(payload, RequestBeginPayload):
-            if self.open_request:
-                self._end_span(committed=False)  # R-RESUME-5
-            self.open_request = True
-            self._span_in_compaction = self.open_compaction is not None
-            self._span_usage = False
-            self._span_counted = False
-            self._span_calls = False
-            self._span_texts = []
-        elif isinstance(payload, TokenUsagePayload):
-            self._on_token_usage(payload)
-        elif isinstance(payload, RequestEndPayload):
-            self.last_request_status = payload.status
-            if self.open_request:
-                self._end_span(committed=payload.status == "completed")
-        elif isinstance(payload, TextPayload):
-            if payload.role == "assistant":
-                if not self.open_request:
-                    # Outside any span only the max-turns notice is written (R-MAXT-2).
-                    self._awaiting_tools = False
-                elif self._span_in_compaction:
-                    self._span_texts.append(payload.text)
-        elif isinstance(payload, ToolCallPayload):
-            if self.open_request and payload.stop_reason in (None, "completed"):
-                self._span_calls = True
-        elif isinstance(payload, AbortPayload):
-            self._awaiting_tools = False
-        elif isinstance(payload, CompactionBeginPayload):
-            self.open_compaction = (payload.reason, payload.mode)
-            self._compaction_texts = []
-        elif isinstance(payload, CompactionEndPayload):
-            self._on_compaction_end(payload)
+        # Dispatch on the exact payload type: an isinstance chain costs more than the fold.
+        handler = _HANDLERS.get(kind)
+        if handler is not None:
+            handler(self, payload)
         self._derive()
 
     # ------------------------------------------------------------------------- handlers
+
+    def _on_request_begin(self, payload: RequestBeginPayload) -> None:
+        if self.open_request:
+            self._end_span(committed=False)  # R-RESUME-5
+        self.open_request = True
+        self._span_in_compaction = self.open_compaction is not None
+        self._span_usage = False
+        self._span_counted = False
+        self._span_calls = False
+        self._span_texts = []
+
+    def _on_request_end(self, payload: RequestEndPayload) -> None:
+        self.last_request_status = payload.status
+        if self.open_request:
+            self._end_span(committed=payload.status == "completed")
+
+    def _on_text(self, payload: TextPayload) -> None:
+        if payload.role == "assistant":
+            if not self.open_request:
+                # Outside any span only the max-turns notice is written (R-MAXT-2).
+                self._awaiting_tools = False
+            elif self._span_in_compaction:
+                self._span_texts.append(payload.text)
+
+    def _on_tool_call(self, payload: ToolCallPayload) -> None:
+        if self.open_request and payload.stop_reason in (None, "completed"):
+            self._span_calls = True
+
+    def _on_abort(self, payload: AbortPayload) -> None:
+        self._awaiting_tools = False
+
+    def _on_compaction_begin(self, payload: CompactionBeginPayload) -> None:
+        self.open_compaction = (payload.reason, payload.mode)
+        self._compaction_texts = []
 
     def _on_token_usage(self, payload: TokenUsagePayload) -> None:
         # R-RESUME-11: both figures are "of the last token_usage"; one found right after a
@@ -220,3 +229,16 @@ class SessionState:
         self.from_compaction = self._closed or self.files > 1
         self.rotation_pending = self._closed or self._head
         self.task_running = self.open_request or self._awaiting_tools
+
+
+_PARTIALS: frozenset[type[Any]] = frozenset(PARTIAL_PAYLOAD_TYPES)
+_HANDLERS: dict[type[Any], Callable[[SessionState, Any], None]] = {
+    RequestBeginPayload: SessionState._on_request_begin,
+    TokenUsagePayload: SessionState._on_token_usage,
+    RequestEndPayload: SessionState._on_request_end,
+    TextPayload: SessionState._on_text,
+    ToolCallPayload: SessionState._on_tool_call,
+    AbortPayload: SessionState._on_abort,
+    CompactionBeginPayload: SessionState._on_compaction_begin,
+    CompactionEndPayload: SessionState._on_compaction_end,
+}

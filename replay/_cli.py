@@ -451,7 +451,8 @@ def resume(
             raise CliError(
                 f"workspace does not exist: {safe(str(ws))} (pass --workspace DIR to use another)"
             )
-        model_llm = build_llm(_llm_options(script, llm, model, base_url, api_key_env))
+        options = _llm_options(script, llm, model, base_url, api_key_env)
+        model_llm = build_llm(options)
         environment = environment_for(model_llm, ws)
         compaction = build_compaction(
             max_context_length=max_context_length,

@@ -37,10 +37,11 @@ from eventstore import (
     SessionLocked,
     TextPayload,
     decode,
+    file_index,
+    scan_trace,
 )
-from eventstore._reader import file_index, scan_trace
 from projections import ModelContext
-from projections._markers import is_task_starting
+from projections.markers import is_task_starting
 
 __all__ = ["fork_session"]
 
@@ -169,10 +170,13 @@ def _probe_lock(
 
 def _read_pid(fd: int) -> int | None:
     try:
-        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        text = os.pread(fd, 32, 0).decode("ascii", "replace")
     except OSError:
         return None
-    return int(text) if text.isdigit() else None
+    # The holder writes its pid on the first line; a shorter pid written over a longer one
+    # without truncating leaves the old digits on the next line.
+    first = text.split("\n", 1)[0].strip()
+    return int(first) if first.isdigit() else None
 
 
 def _records(path: Path) -> Generator[tuple[int, OmniMessage], None, None]:

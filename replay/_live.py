@@ -82,6 +82,7 @@ def build_llm(opts: LlmOptions) -> LLM:
         if opts.script is not None and not opts.script.is_file():
             raise CliError(f"{safe(str(opts.script))}: no such script file")
         try:
+            # A resumed session's earlier ids are taken: ScriptedLLM renames (R-RUN-20).
             return ScriptedLLM(source)
         except (ValueError, OSError) as exc:
             raise CliError(f"invalid script {safe(str(source))}: {safe(str(exc))}") from None

@@ -53,11 +53,12 @@ from eventstore import (
     ToolDefinition,
     ToolListReadyPayload,
     UnknownPayload,
+    file_index,
+    scan_trace,
 )
 from eventstore import builders as b
-from eventstore._reader import file_index, scan_trace
 from eventstore.builders import is_partial, stop_reason_of
-from projections import _markers as mk
+from projections import markers as mk
 
 __all__ = [
     "Located",

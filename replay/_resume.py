@@ -29,7 +29,7 @@ from eventstore import (
 )
 from eventstore import builders as b
 from projections import ModelContext, SessionState
-from projections import _markers as mk
+from projections import markers as mk
 
 __all__ = ["load_session", "resume_session"]
 

@@ -44,10 +44,8 @@ from typing import IO, Any, Final, Literal, TypeAlias
 
 import msgspec
 
-from eventstore import TraceDecodeError, decode
-from eventstore._schema import (
+from eventstore import (
     EVENT_PAYLOAD_TYPES,
-    EXTRA_WIRE_NAME,
     MODEL_PAYLOAD_TYPES,
     PARTIAL_PAYLOAD_TYPES,
     AbortPayload,
@@ -69,9 +67,12 @@ from eventstore._schema import (
     ToolCallOutputPayload,
     ToolCallPayload,
     ToolListReadyPayload,
+    TraceDecodeError,
     UnknownPayload,
+    decode,
 )
-from projections import _markers as mk
+from eventstore._schema import EXTRA_WIRE_NAME
+from projections import markers as mk
 
 __all__ = ["Finding", "Severity", "validate_file", "validate_paths", "validate_session"]
 

@@ -27,7 +27,7 @@ Usage in a project that embeds the engine::
 How a session is re-run:
 
 - Runs.  Each run's Prompt is the group of task-starting user messages
-  (``projections._markers.is_task_starting``) recorded outside request and compaction spans
+  (``projections.markers.is_task_starting``) recorded outside request and compaction spans
   before the same ``request_begin`` (R-CLI-6).  A ``compaction_begin`` with reason ``manual``
   is replayed as ``session.compact()`` at that point.  A ``tool_list_ready`` that is neither the
   session's first nor a rotated file's head marks a resumed ``Session`` (R-TRACE-7): the replay
@@ -87,7 +87,7 @@ from eventstore import (
     encode,
 )
 from projections import DEFAULT_COMPACTION_PROMPT
-from projections import _markers as mk
+from projections import markers as mk
 
 from ._replay_llm import Located, ReplayEnvironment, ReplayLLM, TraceSource, load_located
 from ._resume import resume_session

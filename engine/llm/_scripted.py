@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -509,9 +510,8 @@ def _emit_segment(
 
 
 def _emit_tool_call(
-    item: _ToolCall, signal: AbortSignal, progress: _Progress
+    item: _ToolCall, signal: AbortSignal, progress: _Progress, call_id: str
 ) -> Iterator[OmniMessage]:
-    call_id = item.tool_call_id
     yield partial_tool_call("start", call_id, name=item.name)
     stop = item.stop_reason
     arguments = item.arguments
@@ -523,6 +523,35 @@ def _emit_tool_call(
     progress.completes += 1
     yield partial_tool_call("stop", call_id, stop_reason=stop)
     yield tool_call(item.name, arguments, call_id, stop_reason=stop, fidelity=item.fidelity)
+
+
+# --------------------------------------------------------------------------- tool-call ids
+
+_SUFFIX = re.compile(r"#\d+\Z")
+
+
+def _used_ids(messages: list[OmniMessage]) -> set[str]:
+    return {m.payload.tool_call_id for m in messages if isinstance(m.payload, ToolCallPayload)}
+
+
+def _fresh_id(call_id: str, used: set[str]) -> str:
+    """R-RUN-20: an id the session already used gets the smallest free ``#<n>`` (n ≥ 2).
+
+    A script replayed on a resumed session restarts its default ``call_<r>_<n>`` ids; the
+    history it is sent shows which of them are taken.
+    """
+    fresh = call_id
+    n = 2
+    while fresh in used:
+        fresh = f"{call_id}#{n}"
+        n += 1
+    used.add(fresh)
+    return fresh
+
+
+def base_call_id(call_id: str) -> str:
+    """The scripted id behind ``<id>#<n>``."""
+    return _SUFFIX.sub("", call_id)
 
 
 # --------------------------------------------------------------------------- the LLM
@@ -578,6 +607,7 @@ class ScriptedLLM:
         response = self.script.responses[index]
         signal = request.signal
         progress = _Progress()
+        used = _used_ids(request.messages)
         for item in response.items:
             if signal.aborted:
                 yield LLMOutcome("aborted")
@@ -586,7 +616,7 @@ class ScriptedLLM:
                 messages = (
                     _emit_segment(item, signal, progress)
                     if isinstance(item, _Segment)
-                    else _emit_tool_call(item, signal, progress)
+                    else _emit_tool_call(item, signal, progress, _fresh_id(item.tool_call_id, used))
                 )
                 for message in messages:
                     yield message
@@ -663,7 +693,7 @@ class ScriptedEnvironment:
         if not isinstance(payload, ToolCallPayload):
             raise TypeError(f"execute expects a tool_call message, got {type(payload).__name__}")
         call_id = payload.tool_call_id
-        result = self._results.get(call_id)
+        result = self._results.get(call_id) or self._results.get(base_call_id(call_id))
         if result is None:
             result = _ToolResult(chunks=(), status="completed", delay_ms=0, images=())
 

@@ -400,3 +400,16 @@ async def test_auth_after_retries_merges_one_block(env: Env, tmp_path: Path) -> 
         "[turn_aborted]\n  [user_input]go[/user_input]\n  [text]first[/text]\n"
         "  [text]second[/text]\n[/turn_aborted]"
     ]
+
+
+async def test_retry_after_lengthens_the_wait(env: Env) -> None:
+    """A provider's Retry-After (LLMOutcome.retry_after_s) lengthens the ladder step, capped
+    at cap_ms; the stamped retry_in_ms is the wait actually taken (R-RETRY-8)."""
+    script = [[{"fail": {"status": "timeout", "retry_after_s": 0.02}}],
+              [{"fail": {"status": "timeout", "retry_after_s": 99}}], [{"text": "ok"}]]
+    session, _ = await make_session(env, script, retry=RetryPolicy(base_ms=1, cap_ms=30))
+    async with session:
+        stream = await collect(session.run([b.user_text("go")]))
+        check_trace(session, stream)
+    ends = [m.payload for m in stream if isinstance(m.payload, RequestEndPayload)]
+    assert [e.retry_in_ms for e in ends] == [20, 30, None]

@@ -991,3 +991,26 @@ async def test_r_script_8_first_scripted_result_wins_for_a_repeated_id() -> None
         env.execute(tool_call("t", "{}", "dup"), signal=AbortSignal(), approve=None)
     )
     assert items[-1].payload.output == "first"
+
+
+@pytest.mark.anyio
+async def test_reused_default_ids_get_a_suffix_r_run_20() -> None:
+    """R-RUN-20: an id already in the history becomes ``<id>#<n>``; the environment still
+    serves the scripted result for it."""
+    from engine import AbortSignal, LLMRequest
+    from engine.llm import ScriptedEnvironment, ScriptedLLM
+    from eventstore import builders as bb
+
+    script = {"responses": [[{"tool_call": {"name": "t", "arguments": {},
+                                            "result": {"output": "served"}}}]],
+              "tools": [{"name": "t", "description": "d"}]}
+    llm = ScriptedLLM(script)
+    history = [bb.tool_call("t", "{}", "call_1_1"), bb.tool_call("t", "{}", "call_1_1#2")]
+    request = LLMRequest(system_prompt="", tools=[], messages=history, new_messages=0,
+                         thinking_level=None, signal=AbortSignal())
+    calls = [m async for m in llm.stream(request)
+             if not m.__class__.__name__ == "LLMOutcome" and m.payload.__struct_config__.tag == "tool_call"]  # type: ignore[union-attr]
+    assert [c.payload.tool_call_id for c in calls] == ["call_1_1#3"]  # type: ignore[union-attr]
+    env = ScriptedEnvironment.from_llm(llm)
+    out = [m async for m in env.execute(calls[0], signal=AbortSignal(), approve=None)]
+    assert out[-1].payload.output == "served"  # type: ignore[union-attr]

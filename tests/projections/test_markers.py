@@ -10,7 +10,7 @@ import pytest
 
 from eventstore import TextPayload, decode
 from eventstore import builders as b
-from projections import _markers as m
+from projections import markers as m
 
 SHARED = Path(__file__).parents[2].parent / "shared"
 

@@ -606,6 +606,19 @@ def test_resume_with_message_runs_a_task_on_the_session_r_cli_2(tmp_path: Path) 
     assert users == ["What is here?", "And now?"]
 
 
+def test_resume_with_the_same_script_keeps_call_ids_unique(tmp_path: Path) -> None:
+    """Resuming with the script the session was recorded with (the embedded default here)
+    must not reuse its default call ids: an id answered twice in a file is invalid (V-7/V-8)."""
+    home = tmp_path / "home"
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    assert invoke("--home", home, "run", "-m", "first", "--workspace", ws).exit_code == 0
+    result = invoke("--home", home, "resume", "-m", "second")
+    assert result.exit_code == 0, result.output
+    files = DataRoot(home).trace_files(session_ids(home)[0])
+    assert [f for f in validate_session(files) if f.severity == "error"] == []
+
+
 def test_resume_a_locked_session_exits_2_with_the_holder_pid(tmp_path: Path) -> None:
     home = tmp_path / "home"
     run_session(tmp_path, home, FAST)

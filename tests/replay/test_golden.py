@@ -28,7 +28,7 @@ from eventstore import (
 )
 from eventstore import builders as b
 from eventstore.builders import payload_type
-from projections import _markers
+from projections import markers as _markers
 from replay import _replay_llm, resume_session, validate_session
 from replay.golden import (
     GoldenTraceExtension,
