@@ -1008,8 +1008,8 @@ async def test_reused_default_ids_get_a_suffix_r_run_20() -> None:
     history = [bb.tool_call("t", "{}", "call_1_1"), bb.tool_call("t", "{}", "call_1_1#2")]
     request = LLMRequest(system_prompt="", tools=[], messages=history, new_messages=0,
                          thinking_level=None, signal=AbortSignal())
-    calls = [m async for m in llm.stream(request)
-             if not m.__class__.__name__ == "LLMOutcome" and m.payload.__struct_config__.tag == "tool_call"]  # type: ignore[union-attr]
+    items = [m async for m in llm.stream(request)]
+    calls = [m for m in items if isinstance(m, OmniMessage) and isinstance(m.payload, ToolCallPayload)]
     assert [c.payload.tool_call_id for c in calls] == ["call_1_1#3"]  # type: ignore[union-attr]
     env = ScriptedEnvironment.from_llm(llm)
     out = [m async for m in env.execute(calls[0], signal=AbortSignal(), approve=None)]

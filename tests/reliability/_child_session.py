@@ -268,6 +268,16 @@ def _memory(args: argparse.Namespace) -> None:
     from replay import load_session, validate_paths
 
     def peak() -> int:
+        # VmHWM belongs to this process image.  ru_maxrss does not: Linux carries the parent's
+        # high-water mark across fork and exec, so a child of a big test process would see no
+        # growth at all.  (getrusage is the fallback where /proc is missing.)
+        try:
+            with open("/proc/self/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            pass
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
     base = peak()
