@@ -38,6 +38,31 @@ class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
     origin: list[str] | None = None
 
 
+class _ModelLine(msgspec.Struct, tag_field="type", tag="model_msg", forbid_unknown_fields=True):
+    timestamp: str
+    payload: ModelPayload
+    origin: list[str] | None = None
+
+
+class _EventLine(msgspec.Struct, tag_field="type", tag="event_msg", forbid_unknown_fields=True):
+    timestamp: str
+    payload: EventPayload
+    origin: list[str] | None = None
+
+
+class _MetaLine(msgspec.Struct, tag_field="type", tag="session_meta", forbid_unknown_fields=True):
+    timestamp: str
+    payload: SessionMetaPayload
+    origin: list[str] | None = None
+
+
+# One pass for ordinary lines: the envelope ``type`` selects the payload union directly.
+_line_decoder: Final = msgspec.json.Decoder(_ModelLine | _EventLine | _MetaLine)
+_LINE_TYPES: Final[dict[type[Any], str]] = {
+    _ModelLine: "model_msg",
+    _EventLine: "event_msg",
+    _MetaLine: "session_meta",
+}
 _envelope_decoder: Final = msgspec.json.Decoder(_Envelope)
 _model_decoder: Final = msgspec.json.Decoder(ModelPayload)
 _event_decoder: Final = msgspec.json.Decoder(EventPayload)
@@ -73,6 +98,15 @@ def decode(line: bytes | bytearray | memoryview | str) -> OmniMessage:
     Raises ``TraceDecodeError`` when the line is not JSON or not an envelope (an object with a
     string ``timestamp``, a string ``type`` and an object ``payload``).
     """
+    try:
+        typed = _line_decoder.decode(line)
+    except (msgspec.DecodeError, RecursionError):
+        pass
+    else:
+        if typed.payload.extra is None:
+            return OmniMessage(
+                typed.timestamp, _LINE_TYPES[type(typed)], typed.payload, typed.origin or None
+            )
     try:
         env = _envelope_decoder.decode(line)
     except (msgspec.DecodeError, RecursionError):
