@@ -23,11 +23,18 @@ from ._protocols import (
 )
 from ._session import Compactability, Session
 from ._signal import AbortSignal
-from ._subagent import SessionSubagentRunner, SubagentOutcome, SubagentRunner, subagent_tool
+from ._subagent import (
+    RUN_SUBAGENT,
+    SessionSubagentRunner,
+    SubagentOutcome,
+    SubagentRunner,
+    subagent_tool,
+)
 from ._tools import Tool, ToolError, ToolResult, builtin_tools
 
 __all__ = [
     "LLM",
+    "RUN_SUBAGENT",
     "AbortSignal",
     "Approval",
     "ApproveFn",

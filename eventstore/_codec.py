@@ -63,6 +63,9 @@ _LINE_TYPES: Final[dict[type[Any], str]] = {
     _EventLine: "event_msg",
     _MetaLine: "session_meta",
 }
+# The reader's hot loop calls these two directly (one Python call per line fewer than
+# ``decode``) and hands every line the fast path refuses to ``decode``.
+_decode_typed_line: Final = _line_decoder.decode
 _envelope_decoder: Final = msgspec.json.Decoder(_Envelope)
 _model_decoder: Final = msgspec.json.Decoder(ModelPayload)
 _event_decoder: Final = msgspec.json.Decoder(EventPayload)

@@ -36,7 +36,7 @@ from typing import Final, TypeAlias
 
 import msgspec
 
-from ._codec import decode
+from ._codec import _LINE_TYPES, _decode_typed_line, decode
 from ._diagnostics import Diagnostic
 from ._exceptions import TraceDecodeError
 from ._schema import OmniMessage, ToolListReadyPayload
@@ -182,22 +182,34 @@ def _scan(
                 parts = []
                 parts_len = 0
             append = records.append
+            fast, line_types, message = _decode_typed_line, _LINE_TYPES, OmniMessage
             for line in lines:
                 n += 1
                 try:
-                    record = decode(line)
-                except Exception as exc:  # only TraceDecodeError is expected; see _salvage
-                    salvaged = _salvage(line, exc)
-                    if salvaged is None:
-                        gaps = _gap(gaps, n)  # R-READ-1: blank, no diagnostic
-                        continue
-                    if isinstance(salvaged, str):
-                        gaps = _gap(gaps, n)
-                        if held is not None:
-                            diags.append(Diagnostic(path, held[0], "malformed", held[1]))
-                        held = (n, salvaged)
-                        continue
-                    record = salvaged
+                    # ``decode``'s fast path, inlined (the per-line call is a fair share of a
+                    # resume); any line it does not take goes through ``decode`` itself.
+                    typed = fast(line)
+                    payload = typed.payload
+                    if payload.extra is not None:
+                        raise _NotOrdinary
+                    record = message(
+                        typed.timestamp, line_types[type(typed)], payload, typed.origin or None
+                    )
+                except Exception:
+                    try:
+                        record = decode(line)
+                    except Exception as exc:  # only TraceDecodeError is expected; see _salvage
+                        salvaged = _salvage(line, exc)
+                        if salvaged is None:
+                            gaps = _gap(gaps, n)  # R-READ-1: blank, no diagnostic
+                            continue
+                        if isinstance(salvaged, str):
+                            gaps = _gap(gaps, n)
+                            if held is not None:
+                                diags.append(Diagnostic(path, held[0], "malformed", held[1]))
+                            held = (n, salvaged)
+                            continue
+                        record = salvaged
                 if held is not None:
                     diags.append(Diagnostic(path, held[0], "malformed", held[1]))
                     held = None
@@ -233,6 +245,10 @@ def _scan(
         )
     if diags:
         yield first, [], gaps, diags
+
+
+class _NotOrdinary(Exception):
+    """A line the inlined fast path leaves to ``decode`` (a payload with unknown keys)."""
 
 
 def _gap(gaps: list[int] | None, line: int) -> list[int]:

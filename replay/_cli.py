@@ -15,7 +15,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AsyncExitStack, contextmanager
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Final
@@ -53,14 +53,26 @@ from ._inspect import (
     build_inspection,
     context_dict,
     describe,
+    find_session_files,
+    follow_children,
     iter_rows,
     read_numbered,
     record_row,
+    render_children,
     render_inspection,
     render_records,
     state_dict,
 )
-from ._live import LlmOptions, build_compaction, build_llm, close_llm, drive, environment_for
+from ._live import (
+    LlmOptions,
+    Subagents,
+    build_compaction,
+    build_llm,
+    build_subagents,
+    close_llm,
+    drive,
+    environment_for,
+)
 from ._render import StreamRenderer
 from ._resume import load_session, resume_session
 from ._safe import preview, safe, safe_json_bytes
@@ -319,6 +331,16 @@ def run(
         typer.Option("--system-prompt", help="System prompt of the new session.",
                      show_default=False),
     ] = None,
+    subagents: Annotated[
+        bool,
+        typer.Option(
+            "--subagents/--no-subagents",
+            help="Offer the run_subagent tool: the agent can delegate a task to a child session "
+            "(same model, workspace and approval policy; its own trace, pointed to from this "
+            "one).  A scripted run's children answer from the script's `subagent` key, else "
+            "with one fixed line.",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Start a new session and run one task, streaming what happens.
@@ -326,12 +348,14 @@ def run(
     Without --llm the embedded demo script answers (it writes hello.txt in the workspace).
     Ctrl-C aborts the run cleanly (the trace stays valid and the next task sees what was
     interrupted); a second Ctrl-C quits at once.  Prints the session id and trace path at the
-    end.  Exit 1 when the run ended with an abort.
+    end.  Exit 1 when the run ended with an abort.  With --subagents, a subagent's messages are
+    shown indented under the run_subagent call that started it.
 
     \b
     Examples:
       penguin run -m "list the files" --workspace /tmp/ws
       penguin run -m "fix the tests" --llm openai --model gpt-4o --approve ask
+      penguin run -m "survey the repo" --llm openai --model gpt-4o --subagents
     """
     with errors_to_exit_codes():
         g = _globals(ctx)
@@ -341,11 +365,27 @@ def run(
             raise CliError(f"workspace does not exist: {safe(str(ws))}")
         if not ws.is_dir():
             raise CliError(f"workspace is not a directory: {safe(str(ws))}")
-        environment = environment_for(model_llm, ws)
         compaction = build_compaction(
             max_context_length=max_context_length,
             max_session_turns=max_session_turns,
             compaction_mode=compaction_mode.value if compaction_mode else None,
+        )
+        turns = 100 if max_turns is None else max_turns
+        project, agent = g.project or "default_project", g.agent or "default_agent"
+        host: Subagents | None = None
+        if subagents:
+            host = build_subagents(
+                model_llm,
+                _llm_options(script, llm, model, base_url, api_key_env),
+                root=g.root(),
+                workspace=ws,
+                project=project,
+                agent=agent,
+                compaction=compaction,
+                max_turns=turns,
+            )
+        environment = environment_for(
+            model_llm, ws, subagents=host.runner if host is not None else None
         )
 
         async def go() -> tuple[bool, str, Path]:
@@ -355,10 +395,10 @@ def run(
                 root=g.root(),
                 workspace=ws,
                 system_prompt=_DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt,
-                project=g.project or "default_project",
-                agent=g.agent or "default_agent",
+                project=project,
+                agent=agent,
                 compaction=compaction,
-                max_turns=100 if max_turns is None else max_turns,
+                max_turns=turns,
             )
             if isinstance(model_llm, ScriptedLLM):
                 model_llm.bind(session)
@@ -366,18 +406,25 @@ def run(
             if not as_json:
                 out.print(Text(f"> {safe(message)}", style="bold"), soft_wrap=True)
             try:
-                async with session:
-                    outcome = await drive(
-                        session,
-                        [user_text(message)],
-                        approve=approve.value,
-                        as_json=as_json,
-                        out=out,
-                        err=err,
-                    )
-                    trace = session.trace_path
+                async with AsyncExitStack() as stack:
+                    if host is not None:
+                        # Entered before the session and left after it: children live in the
+                        # runner's task group, and leaving it aborts any still running.
+                        await stack.enter_async_context(host.runner)
+                    async with session:
+                        outcome = await drive(
+                            session,
+                            [user_text(message)],
+                            approve=approve.value,
+                            as_json=as_json,
+                            out=out,
+                            err=err,
+                        )
+                        trace = session.trace_path
             finally:
                 await close_llm(model_llm)
+                if host is not None:
+                    await host.aclose()
             return outcome.aborted, session.id, trace
 
         aborted, session_id, trace = anyio.run(go)
@@ -653,6 +700,11 @@ def inspect(
         bool, typer.Option("--follow", "-f", help="Keep printing records as a live session "
                            "writes them (across file rotations) until Ctrl-C.")
     ] = False,
+    children: Annotated[
+        bool, typer.Option("--children", help="Also show every subagent session this trace "
+                           "points to, indented under the pointer's file:ordinal (recursively; "
+                           "with --json, as nested `children`).")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Show what a session's trace holds.
@@ -660,10 +712,14 @@ def inspect(
     Files with counts per record type, the session state, a summary of the model context
     (history, carry-over, pending summary, closed), a timeline of request spans (status,
     attempts, durations, tokens) with tool calls, approvals and outputs, compactions and
-    aborts, and what the reader skipped (diagnostics).  Reads only; takes no lock.
+    aborts, and what the reader skipped (diagnostics).  Reads only; takes no lock.  A
+    subagent pointer that cannot be followed (--children) is reported, not an error.
     """
     with errors_to_exit_codes():
         g = _globals(ctx)
+        if children and (records or follow):
+            raise CliError("--children shows the session view: it does not combine with "
+                           "--records or --follow")
         t = resolve_target(target, g)
         numbered = [read_numbered(path) for path in t.files]
         selected: list[int] | None = None
@@ -689,10 +745,26 @@ def inspect(
                 render_records(_console(), chosen)
             return
         insp = build_inspection(numbered, selected=selected)
+        if not children:
+            if as_json:
+                write_json(insp.as_json())
+            else:
+                render_inspection(_console(), insp, label=t.label)
+            return
+        root = g.root()
+
+        def find(session_id: str) -> list[Path]:
+            return find_session_files(session_id, near=t.files, root=root, project=t.project,
+                                      agent=t.agent)
+
+        seen = {t.session_id} if t.session_id else set()
+        views = follow_children(insp, find, seen=seen)
         if as_json:
-            write_json(insp.as_json())
+            write_json(insp.as_json() | {"children": [v.as_json() for v in views]})
         else:
-            render_inspection(_console(), insp, label=t.label)
+            out = _console()
+            render_inspection(out, insp, label=t.label)
+            render_children(out, views)
 
 
 def _follow(path: Path, *, as_json: bool) -> None:

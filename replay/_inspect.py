@@ -3,14 +3,15 @@
 Owns: reading trace files with line numbers and ``file:ordinal`` coordinates (R-FORK-1), the
 inspection model (files and counts per record type, ``SessionState``, the ``ModelContext``
 summary, a timeline of request spans, tool calls, compactions and aborts, the reader's
-diagnostics), one-line record descriptions, and rendering all of it as rich text or JSON-ready
+diagnostics), one-line record descriptions, following ``subagent`` pointers to the child
+sessions' views (``--children``, SPEC §11), and rendering all of it as rich text or JSON-ready
 dicts.  Does not: take locks, repair or write anything (R-CLI-2, §16: read-only commands).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any, Final
 
 import msgspec
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -26,6 +28,7 @@ from eventstore import (
     ApprovalDecisionPayload,
     CompactionBeginPayload,
     CompactionEndPayload,
+    DataRoot,
     Diagnostic,
     ImageUrlPayload,
     InlineDataPayload,
@@ -45,6 +48,7 @@ from eventstore import (
     decode,
     encode,
     read_trace,
+    validate_id,
 )
 from projections import ModelContext, SessionState
 
@@ -52,14 +56,19 @@ from ._clikit import trace_name
 from ._safe import preview, safe
 
 __all__ = [
+    "MAX_CHILD_DEPTH",
+    "ChildView",
     "Inspection",
     "NumberedFile",
     "build_inspection",
     "decode_line",
     "describe",
+    "find_session_files",
+    "follow_children",
     "kind_of",
     "read_numbered",
     "record_row",
+    "render_children",
     "render_inspection",
     "render_records",
     "state_dict",
@@ -527,11 +536,6 @@ def _t(text: str, style: str = "") -> Text:
     return Text(text, style=style)
 
 
-def _heading(console: Console, title: str) -> None:
-    console.print()
-    console.print(_t(title, "bold underline"))
-
-
 def _fmt_ms(ms: int | None) -> str:
     if ms is None:
         return "?"
@@ -611,17 +615,31 @@ def _entry_line(e: dict[str, Any]) -> tuple[str, str]:
     return kind, ""
 
 
-def render_inspection(console: Console, insp: Inspection, *, label: str) -> None:
-    console.print(_t(f"Session {safe(insp.session_id or '?', keep_newlines=False)}", "bold"))
-    console.print(_t(f"  source:    {safe(label, keep_newlines=False)}"))
+def render_inspection(
+    console: Console, insp: Inspection, *, label: str, indent: str = ""
+) -> None:
+    """The session view; every line starts with ``indent`` (a child's view is nested)."""
+
+    def line(text: Text | str, style: str = "") -> None:
+        body = text if isinstance(text, Text) else _t(text, style)
+        console.print(Text(indent) + body if indent else body, soft_wrap=True)
+
+    def heading(title: str) -> None:
+        console.print()
+        line(_t(title, "bold underline"))
+
+    line(_t(f"Session {safe(insp.session_id or '?', keep_newlines=False)}", "bold"))
+    line(f"  source:    {safe(label, keep_newlines=False)}")
     if insp.meta is not None:
         m = insp.meta
-        console.print(_t(f"  model:     {preview(m['provider'], 40)}/{preview(m['model_id'], 60)}"
-                         f" (context window {preview(str(m['model_context_window']), 20)})"))
-        console.print(_t(f"  workspace: {preview(m['workspace'], 100)}"))
-        console.print(_t(f"  system:    {preview(m['system_prompt'], 100)}"))
+        line(f"  model:     {preview(m['provider'], 40)}/{preview(m['model_id'], 60)}"
+             f" (context window {preview(str(m['model_context_window']), 20)})")
+        line(f"  workspace: {preview(m['workspace'], 100)}")
+        line(f"  system:    {preview(m['system_prompt'], 100)}")
+        if m.get("source"):
+            line(f"  started as: {preview(m['source'], 40)}")
 
-    _heading(console, "Files")
+    heading("Files")
     table = Table(show_edge=False, pad_edge=False)
     for col in ("#", "path", "bytes", "records", "record types"):
         table.add_column(col, overflow="fold")
@@ -635,44 +653,190 @@ def render_inspection(console: Console, insp: Inspection, *, label: str) -> None
             _t(str(f["records"])),
             _t(kinds),
         )
-    console.print(table)
+    console.print(Padding(table, (0, 0, 0, len(indent)), expand=False) if indent else table)
 
-    _heading(console, "State (SessionState)")
+    heading("State (SessionState)")
     s = insp.state
     tokens = s["session_tokens"]
-    console.print(_t(f"  turns: {s['turns_total']} total, {s['turns_in_context']} in context; "
-                     f"records {s['records']}; files {s['files']}"))
-    console.print(_t(f"  session tokens: {tokens['total']} (cache_read {tokens['cache_read']}, "
-                     f"cache_write {tokens['cache_write']}, output {tokens['output']}); "
-                     f"last request {s['last_request_total']}"))
-    console.print(_t(f"  last request status: {s['last_request_status'] or '-'}; "
-                     f"task running: {s['task_running']}; open request: {s['open_request']}; "
-                     f"open compaction: {s['open_compaction'] or '-'}"))
-    console.print(_t(f"  opened by compaction: {s['from_compaction']}; "
-                     f"rotation pending: {s['rotation_pending']}"))
+    line(f"  turns: {s['turns_total']} total, {s['turns_in_context']} in context; "
+         f"records {s['records']}; files {s['files']}")
+    line(f"  session tokens: {tokens['total']} (cache_read {tokens['cache_read']}, "
+         f"cache_write {tokens['cache_write']}, output {tokens['output']}); "
+         f"last request {s['last_request_total']}")
+    line(f"  last request status: {s['last_request_status'] or '-'}; "
+         f"task running: {s['task_running']}; open request: {s['open_request']}; "
+         f"open compaction: {s['open_compaction'] or '-'}")
+    line(f"  opened by compaction: {s['from_compaction']}; "
+         f"rotation pending: {s['rotation_pending']}")
 
-    _heading(console, "Model context (ModelContext)")
+    heading("Model context (ModelContext)")
     c = insp.context
     summary = c["pending_summary"]
-    console.print(_t(f"  history: {c['history']} messages; carry-over: {c['carry_over']} messages; "
-                     f"closed: {c['closed']}"))
-    console.print(_t("  pending summary: " + (preview(summary, 120) if summary else "none")))
+    line(f"  history: {c['history']} messages; carry-over: {c['carry_over']} messages; "
+         f"closed: {c['closed']}")
+    line("  pending summary: " + (preview(summary, 120) if summary else "none"))
 
-    _heading(console, "Timeline")
+    heading("Timeline")
     if not insp.timeline:
-        console.print(_t("  (no records)", "dim"))
+        line("  (no records)", "dim")
     for e in insp.timeline:
         text, style = _entry_line(e)
-        indent = "  " * (1 + int(e.get("depth", 0)))
-        console.print(Text(f"{e['at']:>7} ", style="dim") + Text(indent + text, style=style),
-                      soft_wrap=True)
+        depth = "  " * (1 + int(e.get("depth", 0)))
+        line(Text(f"{e['at']:>7} ", style="dim") + Text(depth + text, style=style))
 
-    _heading(console, "Diagnostics")
+    heading("Diagnostics")
     if not insp.diagnostics:
-        console.print(_t("  none", "dim"))
+        line("  none", "dim")
     for d in insp.diagnostics:
-        console.print(_t(f"  {safe(d['path'], keep_newlines=False)}:{d['line']}: {d['kind']}: "
-                         f"{preview(d['detail'], 120)}", "yellow"), soft_wrap=True)
+        line(_t(f"  {safe(d['path'], keep_newlines=False)}:{d['line']}: {d['kind']}: "
+                f"{preview(d['detail'], 120)}", "yellow"))
+
+
+# --------------------------------------------------------------------------- subagents
+
+
+@dataclass(slots=True)
+class ChildView:
+    """One ``subagent`` pointer of a trace, followed: the child's inspection (None when it
+    could not be shown, ``error`` then says why) and the pointers of the child's own trace."""
+
+    at: str  # the pointer's ``file:ordinal`` in the trace that holds it
+    session_id: str  # as the pointer names it
+    inspection: Inspection | None = None
+    label: str = ""
+    error: str | None = None
+    children: list[ChildView] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        inner: dict[str, Any] | None = None
+        if self.inspection is not None:
+            inner = self.inspection.as_json()
+            inner["children"] = [c.as_json() for c in self.children]
+        return {
+            "at": self.at,
+            "session_id": self.session_id,
+            "source": self.label or None,
+            "error": self.error,
+            "inspection": inner,
+        }
+
+
+def find_session_files(
+    session_id: str,
+    *,
+    near: Sequence[Path],
+    root: DataRoot | None,
+    project: str | None = None,
+    agent: str | None = None,
+) -> list[Path]:
+    """The trace files of ``session_id``, sorted by index: first in the ``traces`` directory
+    (any date) of the files in ``near`` — a child lives beside its parent — then in ``root``
+    under ``project``/``agent``, then anywhere in ``root``.
+
+    Raises ``ValueError`` for an id that cannot be a file name (untrusted trace content never
+    becomes a path), ``FileNotFoundError`` when there are no files, ``LookupError`` when the
+    root holds the id under two agents."""
+    validate_id(session_id, what="session id")
+    for traces in dict.fromkeys(f.resolve().parent.parent for f in near if trace_name(f)):
+        found: list[tuple[int, Path]] = []
+        try:
+            dates = [d for d in traces.iterdir() if d.is_dir()]
+        except OSError:
+            continue
+        for date in dates:
+            try:
+                for f in date.iterdir():
+                    name = trace_name(f)
+                    if name is not None and name[0] == session_id and f.is_file():
+                        found.append((name[1], f))
+            except OSError:
+                continue
+        if found:
+            return [f for _, f in sorted(found)]
+    if root is None:
+        raise FileNotFoundError(f"Session does not exist: {session_id}")
+    if project is not None or agent is not None:
+        try:
+            return root.trace_files(session_id, project=project, agent=agent)
+        except FileNotFoundError:
+            pass
+    return root.trace_files(session_id)
+
+
+MAX_CHILD_DEPTH: Final = 8
+
+
+def follow_children(
+    insp: Inspection,
+    find: Callable[[str], list[Path]],
+    *,
+    depth: int = 1,
+    max_depth: int = MAX_CHILD_DEPTH,
+    seen: set[str] | None = None,
+) -> list[ChildView]:
+    """Follow every ``subagent`` pointer of ``insp``'s timeline, recursively.
+
+    ``find(session_id)`` gives a session's trace files (``find_session_files``).  A pointer
+    that cannot be followed — an invalid or unknown id, unreadable files, a session already
+    shown (a cycle, or the same child named twice), nesting deeper than ``max_depth`` — gives a
+    view with ``error`` set instead of failing the whole inspection."""
+    seen = set() if seen is None else seen
+    if insp.session_id is not None:
+        seen.add(insp.session_id)
+    views: list[ChildView] = []
+    for entry in insp.timeline:
+        if entry["kind"] != "subagent":
+            continue
+        view = ChildView(at=entry["at"], session_id=entry["session_id"])
+        views.append(view)
+        sid = view.session_id
+        if depth > max_depth:
+            view.error = f"not followed: subagents nested deeper than {max_depth} levels"
+            continue
+        if sid in seen:
+            view.error = "already shown above (a repeated pointer or a cycle); not followed again"
+            continue
+        try:
+            files = find(sid)
+        except FileNotFoundError:
+            view.error = "not found: no trace files for this session"
+            continue
+        except (ValueError, LookupError, OSError) as exc:
+            view.error = str(exc) or type(exc).__name__
+            continue
+        seen.add(sid)
+        try:
+            child = build_inspection([read_numbered(f) for f in files])
+        except OSError as exc:
+            view.error = f"unreadable: {exc}"
+            continue
+        view.inspection = child
+        view.label = str(files[-1])
+        view.children = follow_children(child, find, depth=depth + 1, max_depth=max_depth,
+                                        seen=seen)
+    return views
+
+
+def render_children(console: Console, views: list[ChildView], *, indent: str = "") -> None:
+    """Each followed pointer under a heading naming its ``file:ordinal``; the child's view
+    (and its own children) indented below it."""
+    if not indent:
+        console.print()
+        console.print(_t("Subagents", "bold underline"))
+        if not views:
+            console.print(_t("  none (no subagent pointers in this trace)", "dim"))
+    for view in views:
+        head = (f"{indent}── subagent at {safe(view.at, keep_newlines=False)}: "
+                f"{safe(view.session_id, keep_newlines=False)}")
+        console.print()
+        if view.inspection is None:
+            console.print(_t(f"{head}: {safe(view.error or 'not shown')}", "yellow"),
+                          soft_wrap=True)
+            continue
+        console.print(_t(head, "bold"), soft_wrap=True)
+        inner = indent + "    "
+        render_inspection(console, view.inspection, label=view.label, indent=inner)
+        render_children(console, view.children, indent=inner)
 
 
 def iter_rows(files: Iterable[NumberedFile]) -> Iterator[tuple[int, int, int, OmniMessage]]:

@@ -4,8 +4,9 @@ Owns: building the LLM from the command line (the embedded script, a script file
 provider looked up lazily in ``engine.llm``), choosing the environment, the approval callback
 (``allow-all``, ``deny-all`` or ``ask`` — y/n read from stdin in a daemon thread), Ctrl-C
 handling (first → the run's ``AbortSignal``, second → exit 130 at once), the live ``[retry]``
-countdown on a terminal's stderr, and streaming the run as a rendering or as JSON lines.  Does
-not: implement any engine behaviour.
+countdown on a terminal's stderr, streaming the run as a rendering or as JSON lines, and the
+``--subagents`` host (a ``SessionSubagentRunner`` whose children get the same kind of model).
+Does not: implement any engine behaviour.
 """
 
 from __future__ import annotations
@@ -34,23 +35,36 @@ from engine import (
     Environment,
     LocalEnvironment,
     Session,
+    SessionSubagentRunner,
+    SubagentRunner,
     allow_all,
     deny_all,
 )
 from engine import llm as llm_module
 from engine.llm import DEFAULT_SCRIPT, ScriptedEnvironment, ScriptedLLM
-from eventstore import AbortPayload, OmniMessage, RequestEndPayload, ToolCallPayload, encode
+from eventstore import (
+    AbortPayload,
+    DataRoot,
+    OmniMessage,
+    RequestEndPayload,
+    ToolCallPayload,
+    encode,
+)
 
 from ._clikit import CliError
-from ._render import StreamRenderer
+from ._render import StreamRenderer, short_id
 from ._safe import preview, safe, safe_json_bytes
 
 __all__ = [
+    "CHILD_SCRIPT",
+    "SUBAGENT_SYSTEM_PROMPT",
     "ApproveMode",
     "LlmOptions",
     "RunOutcome",
+    "Subagents",
     "build_compaction",
     "build_llm",
+    "build_subagents",
     "close_llm",
     "drive",
     "environment_for",
@@ -130,12 +144,94 @@ async def close_llm(llm: LLM) -> None:
             await aclose()
 
 
-def environment_for(llm: LLM, workspace: Path) -> Environment:
+def environment_for(
+    llm: LLM, workspace: Path, *, subagents: SubagentRunner | None = None
+) -> Environment:
     """A script that declares its own ``tools`` gets them served from the script
-    (``ScriptedEnvironment``); everything else runs the built-in tools in ``workspace``."""
+    (``ScriptedEnvironment``); everything else runs the built-in tools in ``workspace``, plus
+    ``run_subagent`` when given ``subagents``."""
     if isinstance(llm, ScriptedLLM) and llm.script.tools:
+        if subagents is not None:
+            raise CliError(
+                "--subagents needs the built-in tools, but this script declares its own `tools`"
+            )
         return ScriptedEnvironment.from_llm(llm)
-    return LocalEnvironment(workspace)
+    return LocalEnvironment(workspace, subagents=subagents)
+
+
+# --------------------------------------------------------------------------- subagents
+
+CHILD_SCRIPT: Final = [[{"text": "(scripted subagent) Nothing to do: this run has no model."}]]
+"""What a scripted run's children answer when the script has no ``subagent`` key."""
+
+SUBAGENT_SYSTEM_PROMPT: Final = (
+    "You are a subagent working in the user's workspace with the tools provided. Complete the "
+    "task you are given on your own and end with a concise final answer: it is all the "
+    "delegating agent will see."
+)
+
+
+@dataclass(slots=True)
+class Subagents:
+    """The ``--subagents`` host: enter ``runner`` around the parent session, then ``aclose``."""
+
+    runner: SessionSubagentRunner
+    llms: list[LLM]
+
+    async def aclose(self) -> None:
+        for llm in self.llms:
+            await close_llm(llm)
+
+
+def build_subagents(
+    llm: LLM,
+    opts: LlmOptions,
+    *,
+    root: DataRoot,
+    workspace: Path,
+    project: str,
+    agent: str,
+    compaction: CompactionSettings,
+    max_turns: int,
+) -> Subagents:
+    """A runner whose children use the parent's kind of model, data root, workspace, project
+    and agent.  A scripted parent's children each get a fresh ``ScriptedLLM`` of the script's
+    top-level ``subagent`` key (a script of its own), else of ``CHILD_SCRIPT``; a provider's
+    children each get a new client built from the same options.  Children cannot spawn
+    (depth 1) and are not bound for ``steer`` items."""
+    make: Callable[[], LLM]
+    if isinstance(llm, ScriptedLLM):
+        child_script: Any = llm.script.extra.get("subagent", CHILD_SCRIPT)
+        try:
+            ScriptedLLM(child_script)  # a bad child script is an input error now, not mid-run
+        except (ValueError, TypeError, OSError) as exc:
+            raise CliError(f"invalid `subagent` script: {safe(str(exc))}") from None
+
+        def make() -> LLM:
+            return ScriptedLLM(child_script)
+    else:
+
+        def make() -> LLM:
+            return build_llm(opts)
+
+    created: list[LLM] = []
+
+    def factory() -> LLM:
+        child = make()
+        created.append(child)
+        return child
+
+    runner = SessionSubagentRunner(
+        factory,
+        root=root,
+        workspace=workspace,
+        system_prompt=SUBAGENT_SYSTEM_PROMPT,
+        project=project,
+        agent=agent,
+        compaction=compaction,
+        max_turns=max_turns,
+    )
+    return Subagents(runner=runner, llms=created)
 
 
 def build_compaction(
@@ -213,22 +309,23 @@ class _Asker:
         self._cancel = cancel
         self._lines = _StdinLines()
         self._allow_rest = False
-        self._shown: dict[str, anyio.Event] = {}
+        # Keyed by (origin, call id): a subagent's call ids may repeat its parent's.
+        self._shown: dict[tuple[tuple[str, ...], str], anyio.Event] = {}
 
-    def _event(self, call_id: str) -> anyio.Event:
-        return self._shown.setdefault(call_id, anyio.Event())
+    def _event(self, origin: list[str] | None, call_id: str) -> anyio.Event:
+        return self._shown.setdefault((tuple(origin or ()), call_id), anyio.Event())
 
     def note(self, msg: OmniMessage) -> None:
         """Called once the stream consumer has shown ``msg``: a prompt for a call waits for
         its ``[tool]`` line, so that the text the model wrote before it is on screen first."""
         p = msg.payload
-        if msg.origin is None and isinstance(p, ToolCallPayload):
-            self._event(p.tool_call_id).set()
+        if isinstance(p, ToolCallPayload):
+            self._event(msg.origin, p.tool_call_id).set()
 
-    async def _until_shown(self, call_id: str) -> bool:
-        """False when the run was aborted first.  Ordering is a nicety: a call the stream never
-        shows at top level (a nested session's) is asked about after a short wait anyway."""
-        shown = self._event(call_id)
+    async def _until_shown(self, origin: list[str] | None, call_id: str) -> bool:
+        """False when the run was aborted first.  Ordering is a nicety: a call the stream
+        never shows is asked about after a short wait anyway."""
+        shown = self._event(origin, call_id)
         with anyio.move_on_after(_SHOW_WAIT_S):
             async with anyio.create_task_group() as tg:
 
@@ -250,11 +347,13 @@ class _Asker:
         name, args, cid = (
             (p.name, p.arguments, p.tool_call_id) if isinstance(p, ToolCallPayload) else ("?", "", "?")
         )
-        if call.origin is None and not await self._until_shown(cid):
+        if not await self._until_shown(call.origin, cid):
             return "deny"  # aborted before the call was even shown
         self._renderer.break_line()
+        # A subagent's call (R-SUB-5) names the child it comes from, as the rendering does.
+        who = f"[subagent {short_id(call.origin[-1])}] " if call.origin else ""
         self._err.print(
-            Text(f"[approve] {preview(name, 60)} {preview(args, 200)} ({preview(cid, 60)})",
+            Text(f"[approve] {who}{preview(name, 60)} {preview(args, 200)} ({preview(cid, 60)})",
                  style="magenta bold"),
             soft_wrap=True,
         )

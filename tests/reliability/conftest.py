@@ -1,8 +1,9 @@
 """Shared fixtures of the reliability suites: the tier switch and the figures file.
 
 Every suite records what it tried (kills survived, crash states checked, faults injected, hostile
-inputs) in ``build/reliability.json`` so that the README's Reliability table can be reproduced
-with ``make test`` (CI tier) or ``make test-extended`` (``PENGUIN_EXTENDED=1``)."""
+inputs) in ``build/reliability.json`` (CI tier, ``make test``) or
+``build/reliability-extended.json`` (``make test-extended``, ``PENGUIN_EXTENDED=1``), so that the
+README's Reliability table can be reproduced."""
 
 from __future__ import annotations
 
@@ -17,7 +18,12 @@ from typing import Any
 import pytest
 
 EXTENDED = bool(os.environ.get("PENGUIN_EXTENDED"))
-FIGURES = Path(__file__).resolve().parents[2] / "build" / "reliability.json"
+# One file per tier, so that a CI run never overwrites the figures of an extended one.
+FIGURES = (
+    Path(__file__).resolve().parents[2]
+    / "build"
+    / ("reliability-extended.json" if EXTENDED else "reliability.json")
+)
 
 
 def _record(section: str, values: dict[str, Any]) -> None:

@@ -266,6 +266,7 @@ def run_worker(worker: int, kills: int, base: Path) -> tuple[Counter[str], int, 
             _, err = proc.communicate()
             assert proc.returncode == -signal.SIGKILL, err.decode()
             sid, acks = read_acks(ack_file, gen)
+            ack_file.unlink(missing_ok=True)
             if sid is not None:
                 lineage.session_id = sid
             lineage.acks += acks
@@ -285,6 +286,8 @@ def run_worker(worker: int, kills: int, base: Path) -> tuple[Counter[str], int, 
                 proc = spawn(lineage, gen + 1, ack_file, workspace)
             verify(current, gen, snap, stats, rng)
             stats["kills_survived"] += 1
+            if current is not lineage:
+                shutil.rmtree(current.home, ignore_errors=True)  # its last child is dead
     finally:
         if proc.returncode is None:
             proc.kill()
