@@ -33,7 +33,7 @@ Decisions:
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 import httpx
@@ -54,18 +54,14 @@ from eventstore import (
 )
 from eventstore.builders import token_usage
 
-from ._errors import excerpt, redact, stream_error_outcome
+from ._errors import excerpt, stream_error_outcome
+from ._http import HttpProvider
 from ._ids import ToolCallIds, strip_suffix
 from ._sse import (
-    DEFAULT_TIMEOUT,
     DONE,
-    HTTP2,
     Segment,
     ServerSentEvent,
     arguments_problem,
-    display_url,
-    run_sse,
-    single_outcome,
 )
 
 __all__ = [
@@ -622,7 +618,7 @@ def anthropic_body(
 # --------------------------------------------------------------------------- the LLM
 
 
-class Anthropic:
+class Anthropic(HttpProvider):
     """An ``LLM`` speaking the Messages API with ``stream: true`` (API.md).
 
     ``api_key`` goes in ``x-api-key``; when omitted and ``base_url`` is Anthropic's own,
@@ -650,28 +646,20 @@ class Anthropic:
     ) -> None:
         if api_key is None and base_url.rstrip("/") == ANTHROPIC_BASE_URL:
             api_key = os.environ.get("ANTHROPIC_API_KEY") or None
-        self.model_id = model
-        self.provider = provider
-        self.base_url = base_url.rstrip("/")
+        super().__init__(
+            model=model,
+            base_url=base_url,
+            api_key=api_key,
+            client=client,
+            context_window=context_window,
+            timeout=timeout,
+            extra_body=extra_body,
+            headers=headers,
+            vision=vision,
+            provider=provider,
+        )
         self.max_tokens = max_tokens
-        self.context_window = context_window
         self.prompt_cache = prompt_cache
-        self.vision = vision
-        self.extra_body: dict[str, Any] = dict(extra_body or {})
-        self._api_key = api_key
-        self._headers = dict(headers or {})
-        self._client = client
-        self._owns_client = client is None
-        self._timeout: httpx.Timeout | float | None = (
-            timeout if timeout is not None else (DEFAULT_TIMEOUT if client is None else None)
-        )
-        self._ids = ToolCallIds()
-
-    def __repr__(self) -> str:
-        return (
-            f"Anthropic(model={self.model_id!r}, base_url={display_url(self.base_url)!r}, "
-            f"provider={self.provider!r})"
-        )
 
     @property
     def url(self) -> str:
@@ -679,23 +667,17 @@ class Anthropic:
         return f"{base}/messages" if base.endswith("/v1") else f"{base}/v1/messages"
 
     @property
-    def client(self) -> httpx.AsyncClient:
-        """The shared client (created on first use)."""
-        if self._client is None:
-            self._client = httpx.AsyncClient(http2=HTTP2, timeout=DEFAULT_TIMEOUT)
-        return self._client
+    def _url(self) -> str:
+        return self.url
 
-    async def aclose(self) -> None:
-        """Close the client this adapter opened (a client passed in is the caller's)."""
-        if self._owns_client and self._client is not None:
-            client, self._client = self._client, None
-            await client.aclose()
+    def _protocol_headers(self) -> dict[str, str]:
+        return {"anthropic-version": ANTHROPIC_VERSION}
 
-    async def __aenter__(self) -> Anthropic:
-        return self
+    def _key_headers(self) -> dict[str, str]:
+        return {"x-api-key": self._api_key or ""}
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+    def _parser(self) -> AnthropicStreamParser:
+        return AnthropicStreamParser(provider=self.provider, ids=self._ids)
 
     def body(self, request: LLMRequest) -> dict[str, Any]:
         """The JSON body this adapter sends for ``request``."""
@@ -705,39 +687,4 @@ class Anthropic:
             max_tokens=self.max_tokens,
             prompt_cache=self.prompt_cache,
             extra_body=self.extra_body,
-        )
-
-    def _build(self, client: httpx.AsyncClient, request: LLMRequest) -> httpx.Request:
-        headers = {
-            "content-type": "application/json",
-            "accept": "text/event-stream",
-            "anthropic-version": ANTHROPIC_VERSION,
-            **self._headers,
-        }
-        if self._api_key:
-            headers["x-api-key"] = self._api_key
-        return client.build_request(
-            "POST",
-            self.url,
-            content=msgspec.json.encode(self.body(request)),
-            headers=headers,
-            timeout=self._timeout if self._timeout is not None else httpx.USE_CLIENT_DEFAULT,
-        )
-
-    def stream(self, request: LLMRequest) -> AsyncIterator[OmniMessage | LLMOutcome]:
-        self._ids.seed(request.messages)
-        parser = AnthropicStreamParser(provider=self.provider, ids=self._ids)
-        try:
-            client = self.client
-        except Exception as exc:
-            return single_outcome(
-                LLMOutcome("failed", redact(f"{self.provider}: {exc}", self._api_key))
-            )
-        return run_sse(
-            client=client,
-            build=lambda: self._build(client, request),
-            signal=request.signal,
-            parser=parser,
-            provider=self.provider,
-            secret=self._api_key,
         )

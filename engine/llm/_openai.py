@@ -26,7 +26,7 @@ Decisions:
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 import httpx
@@ -47,18 +47,14 @@ from eventstore import (
 )
 from eventstore.builders import token_usage
 
-from ._errors import excerpt, redact, stream_error_outcome
+from ._errors import excerpt, stream_error_outcome
+from ._http import HttpProvider
 from ._ids import ToolCallIds, strip_suffix
 from ._sse import (
-    DEFAULT_TIMEOUT,
     DONE,
-    HTTP2,
     Segment,
     ServerSentEvent,
     arguments_problem,
-    display_url,
-    run_sse,
-    single_outcome,
 )
 
 __all__ = ["OpenAICompatible", "OpenAIStreamParser", "openai_body", "openai_messages"]
@@ -576,7 +572,7 @@ def openai_body(
 # --------------------------------------------------------------------------- the LLM
 
 
-class OpenAICompatible:
+class OpenAICompatible(HttpProvider):
     """An ``LLM`` speaking Chat Completions with ``stream: true`` (API.md).
 
     ``api_key`` is sent as ``Authorization: Bearer …`` when set; when omitted and ``base_url`` is
@@ -605,47 +601,30 @@ class OpenAICompatible:
     ) -> None:
         if api_key is None and base_url.rstrip("/") == OPENAI_BASE_URL:
             api_key = os.environ.get("OPENAI_API_KEY") or None
-        self.model_id = model
-        self.provider = provider
-        self.base_url = base_url.rstrip("/")
-        self.context_window = context_window
-        self.vision = vision
+        super().__init__(
+            model=model,
+            base_url=base_url,
+            api_key=api_key,
+            client=client,
+            context_window=context_window,
+            timeout=timeout,
+            extra_body=extra_body,
+            headers=headers,
+            vision=vision,
+            provider=provider,
+        )
         self.send_reasoning = send_reasoning
         self.think_tags = think_tags
-        self.extra_body: dict[str, Any] = dict(extra_body or {})
-        self._api_key = api_key
-        self._headers = dict(headers or {})
-        self._client = client
-        self._owns_client = client is None
-        self._timeout: httpx.Timeout | float | None = (
-            timeout if timeout is not None else (DEFAULT_TIMEOUT if client is None else None)
-        )
-        self._ids = ToolCallIds()
-
-    def __repr__(self) -> str:
-        return (
-            f"OpenAICompatible(model={self.model_id!r}, "
-            f"base_url={display_url(self.base_url)!r}, provider={self.provider!r})"
-        )
 
     @property
-    def client(self) -> httpx.AsyncClient:
-        """The shared client (created on first use)."""
-        if self._client is None:
-            self._client = httpx.AsyncClient(http2=HTTP2, timeout=DEFAULT_TIMEOUT)
-        return self._client
+    def _url(self) -> str:
+        return f"{self.base_url}/chat/completions"
 
-    async def aclose(self) -> None:
-        """Close the client this adapter opened (a client passed in is the caller's)."""
-        if self._owns_client and self._client is not None:
-            client, self._client = self._client, None
-            await client.aclose()
+    def _key_headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self._api_key}"}
 
-    async def __aenter__(self) -> OpenAICompatible:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+    def _parser(self) -> OpenAIStreamParser:
+        return OpenAIStreamParser(provider=self.provider, ids=self._ids, think_tags=self.think_tags)
 
     def body(self, request: LLMRequest) -> dict[str, Any]:
         """The JSON body this adapter sends for ``request``."""
@@ -655,40 +634,4 @@ class OpenAICompatible:
             vision=self.vision,
             send_reasoning=self.send_reasoning,
             extra_body=self.extra_body,
-        )
-
-    def _build(self, client: httpx.AsyncClient, request: LLMRequest) -> httpx.Request:
-        headers = {
-            "content-type": "application/json",
-            "accept": "text/event-stream",
-            **self._headers,
-        }
-        if self._api_key:
-            headers["authorization"] = f"Bearer {self._api_key}"
-        return client.build_request(
-            "POST",
-            f"{self.base_url}/chat/completions",
-            content=msgspec.json.encode(self.body(request)),
-            headers=headers,
-            timeout=self._timeout if self._timeout is not None else httpx.USE_CLIENT_DEFAULT,
-        )
-
-    def stream(self, request: LLMRequest) -> AsyncIterator[OmniMessage | LLMOutcome]:
-        self._ids.seed(request.messages)
-        parser = OpenAIStreamParser(
-            provider=self.provider, ids=self._ids, think_tags=self.think_tags
-        )
-        try:
-            client = self.client
-        except Exception as exc:  # e.g. an SSL setup failure
-            return single_outcome(
-                LLMOutcome("failed", redact(f"{self.provider}: {exc}", self._api_key))
-            )
-        return run_sse(
-            client=client,
-            build=lambda: self._build(client, request),
-            signal=request.signal,
-            parser=parser,
-            provider=self.provider,
-            secret=self._api_key,
         )
