@@ -24,7 +24,6 @@ _DATA_URL = re.compile(r"^data:([^;,]*);base64,(.*)\Z", re.DOTALL)
 
 
 def _save(scratchpad: Path, mime: str, data: bytes) -> Path:
-    scratchpad.mkdir(parents=True, exist_ok=True, mode=0o700)
     ext = _EXTENSIONS.get(mime.lower(), "bin")
     while True:
         path = scratchpad / f"upload-{secrets.token_hex(4)}.{ext}"
@@ -58,6 +57,8 @@ def _line_for(url: str, scratchpad: Path) -> str:
 
 def fold_images(messages: list[OmniMessage], scratchpad: Path) -> list[OmniMessage]:
     """R-IMG-1/2: replace image messages by lines appended to the last user text.
+
+    ``scratchpad`` must exist (the session creates it with private modes, R-ROOT-9).
 
     Inputs without images come back unchanged (the same list).  Raises ``OSError`` when a data
     URL cannot be saved (R-STEER-6: the run must not continue without its images).

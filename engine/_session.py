@@ -318,6 +318,10 @@ class Session:
     def scratchpad(self) -> Path:
         return self._root.scratchpad(self._id, project=self._project, agent=self._agent)
 
+    def _scratchpad_dir(self) -> Path:
+        """The scratchpad, created on demand with 0700 directories (R-IMG-1, R-ROOT-9)."""
+        return self._root.ensure_dir(self.scratchpad)
+
     @property
     def running(self) -> bool:
         return self._active is not None
@@ -523,7 +527,7 @@ class Session:
 
     async def _task(self, run: _Run, prompt: list[OmniMessage]) -> None:
         if not self._llm.vision and any(isinstance(m.payload, ImageUrlPayload) for m in prompt):
-            prompt = fold_images(prompt, self.scratchpad)  # R-RUN-4, R-IMG-4
+            prompt = fold_images(prompt, self._scratchpad_dir())  # R-RUN-4, R-IMG-4
         await self.resolve_tools()
         # R-RUN-5/6: pending summary, then the prompt, then (first run) tool_list_ready.
         summary = self._ctx.pending_summary
@@ -860,7 +864,7 @@ class Session:
         while self._steering:
             entry = self._steering.pop(0)
             if not self._llm.vision:
-                entry = fold_images(entry, self.scratchpad)  # R-STEER-6
+                entry = fold_images(entry, self._scratchpad_dir())  # R-STEER-6
             bodies = [
                 m.payload.text
                 for m in entry

@@ -81,20 +81,11 @@ def test_files_0600_and_dirs_0700_under_umask_0_r_root_9(
     umask_session: tuple[Path, dict[str, Any]], figures: Any
 ) -> None:
     """R-ROOT-9: whatever the umask, directories 0700 and files 0600 — traces, the lock and
-    the scratchpad's archived output — except the folded image's directories (see the xfail
-    below)."""
+    the scratchpad's archived output and the folded image's directories."""
     home, _ = umask_session
     wrong = modes(home)
     assert wrong["files"] == []
-    # Only the levels the image fold creates before the first record may be wrong (known bug).
-    fold_levels = {
-        "home",
-        "home/default_project",
-        "home/default_project/agents",
-        "home/default_project/agents/default_agent",
-        "home/default_project/agents/default_agent/scratchpad",
-    }
-    assert {path for path, _ in wrong["dirs"]} <= fold_levels, wrong["dirs"]
+    assert wrong["dirs"] == []
     entries = sum(len(d) + len(f) + 1 for _, d, f in os.walk(home))
     figures("permissions", {"entries_checked": entries, "wrong_modes": wrong, "umask": "0o000"})
 
@@ -112,16 +103,6 @@ def test_api_keys_are_never_written(umask_session: tuple[Path, dict[str, Any]]) 
     assert checked >= 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "engine bug (engine/_images.py fold_images): the scratchpad is created with "
-        "Path.mkdir(parents=True, exist_ok=True, mode=0o700) — the mode applies to the last "
-        "level only and all of them go through the umask, so a run whose first action is an "
-        "image fold (before the first record, R-IMG-4) creates <home>, <project>, agents, "
-        "<agent> and scratchpad as 0777 under umask 0 (R-ROOT-9: 0700 whatever the umask)"
-    ),
-)
 def test_directories_made_by_the_image_fold_are_0700_r_root_9(
     umask_session: tuple[Path, dict[str, Any]],
 ) -> None:
