@@ -21,8 +21,9 @@ Every content problem has a defined outcome and none raises:
 Only the file system can raise: a missing file is ``FileNotFoundError``.
 
 Hot path: a file is read in 1 MiB chunks, each split with one ``bytes.split``; a line is handed
-to ``decode`` untrimmed (msgspec skips JSON whitespace itself, CR included), and trimming, blank
-detection and the torn-tail bookkeeping happen only after a line failed to decode.
+to the codec untrimmed (its fast path inline, any other line to ``decode``; msgspec skips JSON
+whitespace itself, CR included), and trimming, blank detection and the torn-tail bookkeeping
+happen only after a line failed to decode.
 """
 
 from __future__ import annotations

@@ -267,10 +267,6 @@ class ModelContext:
         """History plus the open request's input: the ``messages`` of the request being sent."""
         return [*self._history, *self._snapshot]
 
-    def next_input(self) -> list[OmniMessage]:
-        """What a ``request_begin`` applied now would take as its input."""
-        return self._snapshot_for_begin()
-
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ModelContext):
             return NotImplemented
@@ -337,12 +333,22 @@ class ModelContext:
 
     def _on_user_input(self, record: OmniMessage, p: Any) -> None:
         if p.role != "user":
-            self._on_assistant(record, p)
+            # ``_on_assistant``, inlined: every assistant text comes this way.
+            if p.role == "assistant":
+                self._render.append(record)
+                if self._in_request:
+                    self._outputs.append(record)
+                    if type(p) is TextPayload:
+                        self._span_texts.append(p.text)
             return
         if self._closed:
             self._reopen()
         self._render.append(record)
-        self._close_windows()
+        # ``_close_windows``, inlined: this runs for every user input.
+        if self._window:
+            self._window.clear()
+        if self._dropped is not None:
+            self._dropped.settled = True
         if self._compaction is not None and type(p) is TextPayload:
             if self._compaction_prompt is None:
                 self._compaction_prompt = record
@@ -355,9 +361,10 @@ class ModelContext:
         if self._closed:
             self._reopen()
         self._render.append(record)
-        attempt = self._attempt_of_call.get(p.tool_call_id)
-        if attempt is not None:
-            attempt.call_outputs.setdefault(p.tool_call_id, record)
+        if self._attempt_of_call:
+            attempt = self._attempt_of_call.get(p.tool_call_id)
+            if attempt is not None:
+                attempt.call_outputs.setdefault(p.tool_call_id, record)
         self._pending.append(record)
 
     def _on_assistant(self, record: OmniMessage, p: Any) -> None:
@@ -370,11 +377,6 @@ class ModelContext:
                 self._span_texts.append(p.text)
 
     # ------------------------------------------------------------------ events
-
-    def _on_request_begin(self, record: OmniMessage, p: RequestBeginPayload) -> None:
-        if self._in_request:
-            self._drop_open_request(record.timestamp)
-        self._begin_request(record)
 
     def _on_request_end(self, record: OmniMessage, p: RequestEndPayload) -> None:
         if not self._in_request:
@@ -409,13 +411,29 @@ class ModelContext:
 
     # ------------------------------------------------------------------ requests
 
-    def _begin_request(self, record: OmniMessage) -> None:
+    def _begin_request(self, record: OmniMessage, p: RequestBeginPayload) -> None:
+        """The ``request_begin`` handler: the request's input is the view of pending now."""
+        if self._in_request:
+            self._drop_open_request(record.timestamp)
         if self._closed:
             self._reopen()
-        retried = self._dropped is not None and not self._dropped.settled
-        self._close_windows()
-        snapshot = self._snapshot_for_begin()
-        self._turn = self._dropped if retried else None
+        dropped = self._dropped
+        retried = dropped is not None and not dropped.settled
+        # ``_close_windows``, inlined.
+        if self._window:
+            self._window.clear()
+        if dropped is not None:
+            dropped.settled = True
+        # ``_snapshot_for_begin``, inlined (``_view`` included: the view stays cached as it was).
+        cache = self._view_cache
+        if cache is None:
+            cache = self._view_cache = self._compute_view()
+        snapshot = list(cache)
+        if self._compaction is not None and self._compaction_committed:
+            prompt = self._compaction_prompt
+            if prompt is not None and not (snapshot and snapshot[-1] is prompt):
+                snapshot.append(prompt)
+        self._turn = dropped if retried else None
         self._dropped = None
         self._pending = []
         self._snapshot = snapshot
@@ -439,23 +457,28 @@ class ModelContext:
         """R-RESUME-6: a completed request commits its input and its output."""
         self._in_request = False
         snapshot, outputs = self._snapshot, self._outputs
-        self._history.extend(snapshot)
-        self._history.extend(outputs)
+        history = self._history
+        history += snapshot
+        history += outputs
+        answered, unanswered = self._answered, self._unanswered
         for msg in snapshot:
             p = msg.payload
             if isinstance(p, ToolCallOutputPayload):
-                self._answered.add(p.tool_call_id)
-                self._unanswered.pop(p.tool_call_id, None)
+                cid = p.tool_call_id
+                answered.add(cid)
+                unanswered.pop(cid, None)
+        call_seq, attempt_of_call = self._call_seq, self._attempt_of_call
         for msg in outputs:
             p = msg.payload
             if isinstance(p, ToolCallPayload) and (p.stop_reason or "completed") == "completed":
                 cid = p.tool_call_id
-                self._attempt_of_call.pop(cid, None)
-                if cid in self._call_seq:
+                if attempt_of_call:
+                    attempt_of_call.pop(cid, None)
+                if cid in call_seq:
                     continue
-                self._call_seq[cid] = len(self._call_seq)
-                if cid not in self._answered:
-                    self._unanswered[cid] = msg
+                call_seq[cid] = len(call_seq)
+                if cid not in answered:
+                    unanswered[cid] = msg
                     self._window.append(cid)
         self._turn = None
         if self._compaction is not None:
@@ -580,12 +603,46 @@ class ModelContext:
     def _view(self) -> list[OmniMessage]:
         """R-RESUME-9: pending with dropped turns rendered, outputs filtered and ordered, and
         placeholders for committed calls nobody answered."""
-        if self._view_cache is not None:
-            return list(self._view_cache)
-        seq: list[OmniMessage] = []
-        if self._dropped is not None:
-            seq.extend(self._dropped.render())
-        seq.extend(self._pending)
+        cache = self._view_cache
+        if cache is None:
+            cache = self._view_cache = self._compute_view()
+        return list(cache)
+
+    def _compute_view(self) -> list[OmniMessage]:
+        """``_view`` without the cache: a new list every call."""
+        if self._dropped is None:
+            # The common case, checked in one pass: pending's outputs answer distinct
+            # unanswered calls, in call order, and all of them.  ``_general_view`` would then
+            # keep every message in place and add no placeholder: the view is pending.
+            unanswered, order = self._unanswered, self._call_seq
+            last = -1
+            found = 0
+            for msg in self._pending:
+                p = msg.payload
+                if isinstance(p, ToolCallOutputPayload):
+                    cid = p.tool_call_id
+                    if cid not in unanswered:
+                        break
+                    at = order[cid]
+                    if at <= last:
+                        break
+                    last = at
+                    found += 1
+            else:
+                if found == len(unanswered):
+                    return list(self._pending)
+        return self._general_view()
+
+    def _general_view(self) -> list[OmniMessage]:
+        """``_compute_view`` for any fold state, without the shortcut."""
+        pending = self._pending
+        unanswered = self._unanswered
+        order = self._call_seq
+        seq: list[OmniMessage]
+        if self._dropped is None:
+            seq = pending
+        else:
+            seq = [*self._dropped.render(), *pending]
         result: list[OmniMessage] = []
         slots: list[int] = []
         outputs: list[OmniMessage] = []
@@ -594,24 +651,22 @@ class ModelContext:
             p = msg.payload
             if isinstance(p, ToolCallOutputPayload):
                 cid = p.tool_call_id
-                if cid not in self._unanswered or cid in seen:
+                if cid not in unanswered or cid in seen:
                     continue
                 seen.add(cid)
                 slots.append(len(result))
                 outputs.append(msg)
             result.append(msg)
         if outputs:
-            order = self._call_seq
             outputs.sort(key=lambda m: order[m.payload.tool_call_id])  # type: ignore[union-attr]
             for slot, msg in zip(slots, outputs, strict=True):
                 result[slot] = msg
-        missing = [cid for cid in self._unanswered if cid not in seen]
+        missing = [cid for cid in unanswered if cid not in seen]
         if missing:
             at = slots[-1] + 1 if slots else 0
             placeholders = [self._placeholder(cid) for cid in missing]
             result[at:at] = placeholders
-        self._view_cache = result
-        return list(result)
+        return result
 
     def _placeholder(self, cid: str) -> OmniMessage:
         abort_ts = self._abort_explained.get(cid)
@@ -631,7 +686,7 @@ _HANDLERS: dict[type[Any], Callable[[ModelContext, OmniMessage, Any], None]] = {
     ThinkingPayload: ModelContext._on_assistant,
     InlineThinkingPayload: ModelContext._on_assistant,
     ToolCallPayload: ModelContext._on_assistant,
-    RequestBeginPayload: ModelContext._on_request_begin,
+    RequestBeginPayload: ModelContext._begin_request,
     RequestEndPayload: ModelContext._on_request_end,
     TokenUsagePayload: ModelContext._on_token_usage,
     AbortPayload: ModelContext._on_abort_record,

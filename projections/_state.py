@@ -112,8 +112,23 @@ class SessionState:
         if kind in _PARTIALS:
             return
         self.records += 1
-        self._closed = False
+        # Dispatch on the exact payload type: an isinstance chain costs more than the fold.
+        handler = _HANDLERS.get(kind)
+        if self._closed or self._head or kind is SessionMetaPayload:
+            self._apply_rare(kind, payload, handler)
+            return
+        # The common case: no closure to clear, no rotation head pending.  The derived flags
+        # already match their inputs (every apply leaves them so); only the handlers in
+        # ``_DERIVING`` change an input (``open_request``, ``_awaiting_tools``, ``_closed``).
+        if handler is not None:
+            handler(self, payload)
+            if kind in _DERIVING:
+                self._derive()
 
+    def _apply_rare(
+        self, kind: type[Any], payload: Any, handler: Callable[[SessionState, Any], None] | None
+    ) -> None:
+        self._closed = False
         if kind is SessionMetaPayload:
             self.files += 1
             if self.files > 1:
@@ -123,8 +138,6 @@ class SessionState:
         if self._head and kind is not ToolListReadyPayload:
             self._head = False
             self._start_new_context()
-        # Dispatch on the exact payload type: an isinstance chain costs more than the fold.
-        handler = _HANDLERS.get(kind)
         if handler is not None:
             handler(self, payload)
         self._derive()
@@ -232,6 +245,10 @@ class SessionState:
 
 
 _PARTIALS: frozenset[type[Any]] = frozenset(PARTIAL_PAYLOAD_TYPES)
+# Payload types whose handler may change an input of ``_derive``.
+_DERIVING: frozenset[type[Any]] = frozenset(
+    {RequestBeginPayload, RequestEndPayload, TextPayload, AbortPayload, CompactionEndPayload}
+)
 _HANDLERS: dict[type[Any], Callable[[SessionState, Any], None]] = {
     RequestBeginPayload: SessionState._on_request_begin,
     TokenUsagePayload: SessionState._on_token_usage,
