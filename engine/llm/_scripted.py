@@ -530,8 +530,26 @@ def _emit_tool_call(
 _SUFFIX = re.compile(r"#\d+\Z")
 
 
-def _used_ids(messages: list[OmniMessage]) -> set[str]:
-    return {m.payload.tool_call_id for m in messages if isinstance(m.payload, ToolCallPayload)}
+class _UsedIds:
+    """The tool-call ids in a request's history, scanned incrementally: consecutive requests of
+    one context share their prefix (the same message objects), so only the new tail is read and
+    the cost per request does not grow with the history."""
+
+    def __init__(self) -> None:
+        self._ids: set[str] = set()
+        self._first: OmniMessage | None = None
+        self._scanned = 0
+
+    def of(self, messages: list[OmniMessage]) -> set[str]:
+        start = self._scanned
+        if not messages or messages[0] is not self._first or len(messages) < start:
+            self._ids, start = set(), 0
+        for m in messages[start:]:
+            if isinstance(m.payload, ToolCallPayload):
+                self._ids.add(m.payload.tool_call_id)
+        self._first = messages[0] if messages else None
+        self._scanned = len(messages)
+        return self._ids
 
 
 def _fresh_id(call_id: str, used: set[str]) -> str:
@@ -565,6 +583,7 @@ class ScriptedLLM:
 
     def __init__(self, script: ScriptSource) -> None:
         self.script: Script = load_script(script)
+        self._used = _UsedIds()
         self.provider: str = self.script.provider
         self.model_id: str = self.script.model_id
         self.vision: bool = self.script.vision
@@ -607,7 +626,7 @@ class ScriptedLLM:
         response = self.script.responses[index]
         signal = request.signal
         progress = _Progress()
-        used = _used_ids(request.messages)
+        used = self._used.of(request.messages)
         for item in response.items:
             if signal.aborted:
                 yield LLMOutcome("aborted")

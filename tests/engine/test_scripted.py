@@ -1014,3 +1014,28 @@ async def test_reused_default_ids_get_a_suffix_r_run_20() -> None:
     env = ScriptedEnvironment.from_llm(llm)
     out = [m async for m in env.execute(calls[0], signal=AbortSignal(), approve=None)]
     assert out[-1].payload.output == "served"  # type: ignore[union-attr]
+
+
+def test_used_ids_scan_only_the_new_tail() -> None:
+    """The id registry reads each history message once per context (per-request cost must not
+    grow with the history: bench_engine's per-turn ratio)."""
+    from engine.llm._scripted import _UsedIds
+    from eventstore import builders as bb
+
+    class Once:
+        """A stand-in message whose payload may be read only once."""
+
+        def __init__(self, msg: OmniMessage) -> None:
+            self._msg = msg
+            self.reads = 0
+
+        @property
+        def payload(self) -> object:
+            self.reads += 1
+            return self._msg.payload
+
+    history = [Once(bb.tool_call("t", "{}", f"c{i}")) for i in range(50)]
+    used = _UsedIds()
+    assert len(used.of(history)) == 50  # type: ignore[arg-type]
+    assert "c51" in used.of([*history, Once(bb.tool_call("t", "{}", "c51"))])  # type: ignore[list-item]
+    assert all(m.reads <= 2 for m in history)  # isinstance + attribute, once
