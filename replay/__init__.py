@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from . import golden
+from ._fork import fork_session
 from ._replay_llm import ReplayEnvironment, ReplayLLM, recorded_approve
 from ._resume import load_session, resume_session
 from ._validate import Finding, validate_file, validate_paths, validate_session
@@ -11,6 +12,7 @@ __all__ = [
     "Finding",
     "ReplayEnvironment",
     "ReplayLLM",
+    "fork_session",
     "golden",
     "load_session",
     "recorded_approve",

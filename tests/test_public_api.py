@@ -16,8 +16,7 @@ API_MD = Path(__file__).resolve().parents[1].parent / "shared" / "API.md"
 PACKAGES = ["eventstore", "eventstore.builders", "projections", "engine", "engine.llm", "replay"]
 
 # Names API.md shows that live in a sibling module rather than the package root.
-ELSEWHERE = {"ReplayLLM", "ReplayEnvironment", "golden", "fork_session", "OpenAICompatible",
-             "Anthropic", "ScriptedLLM", "ScriptedEnvironment"}
+ELSEWHERE = {"OpenAICompatible", "Anthropic", "ScriptedLLM", "ScriptedEnvironment"}
 
 
 def _documented() -> dict[str, set[str]]:
