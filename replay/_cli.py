@@ -64,6 +64,7 @@ from ._inspect import (
     state_dict,
 )
 from ._live import (
+    ApproveMode,
     LlmOptions,
     Subagents,
     build_compaction,
@@ -400,32 +401,10 @@ def run(
                 compaction=compaction,
                 max_turns=turns,
             )
-            if isinstance(model_llm, ScriptedLLM):
-                model_llm.bind(session)
-            out, err = _console(), _console(stderr=True)
-            if not as_json:
-                out.print(Text(f"> {safe(message)}", style="bold"), soft_wrap=True)
-            try:
-                async with AsyncExitStack() as stack:
-                    if host is not None:
-                        # Entered before the session and left after it: children live in the
-                        # runner's task group, and leaving it aborts any still running.
-                        await stack.enter_async_context(host.runner)
-                    async with session:
-                        outcome = await drive(
-                            session,
-                            [user_text(message)],
-                            approve=approve.value,
-                            as_json=as_json,
-                            out=out,
-                            err=err,
-                        )
-                        trace = session.trace_path
-            finally:
-                await close_llm(model_llm)
-                if host is not None:
-                    await host.aclose()
-            return outcome.aborted, session.id, trace
+            aborted, trace = await _one_task(
+                session, model_llm, message, approve=approve.value, as_json=as_json, host=host
+            )
+            return aborted, session.id, trace
 
         aborted, session_id, trace = anyio.run(go)
         _finish_run(aborted=aborted, session_id=session_id, trace=trace, as_json=as_json)
@@ -520,28 +499,47 @@ def resume(
                 compaction=compaction,
                 max_turns=100 if max_turns is None else max_turns,
             )
-            if isinstance(model_llm, ScriptedLLM):
-                model_llm.bind(session)
-            out, err = _console(), _console(stderr=True)
-            if not as_json:
-                out.print(Text(f"> {safe(message)}", style="bold"), soft_wrap=True)
-            try:
-                async with session:
-                    outcome = await drive(
-                        session,
-                        [user_text(message)],
-                        approve=approve.value,
-                        as_json=as_json,
-                        out=out,
-                        err=err,
-                    )
-                    trace = session.trace_path
-            finally:
-                await close_llm(model_llm)
-            return outcome.aborted, trace
+            return await _one_task(
+                session, model_llm, message, approve=approve.value, as_json=as_json, host=None
+            )
 
         aborted, trace = anyio.run(go)
         _finish_run(aborted=aborted, session_id=sid, trace=trace, as_json=as_json)
+
+
+
+async def _one_task(
+    session: Session,
+    model_llm: Any,
+    message: str,
+    *,
+    approve: ApproveMode,
+    as_json: bool,
+    host: Subagents | None,
+) -> tuple[bool, Path]:
+    """Run one task on ``session`` (created or resumed) with the live rendering; close the
+    model afterwards.  Returns whether the run ended with an abort, and the trace path."""
+    if isinstance(model_llm, ScriptedLLM):
+        model_llm.bind(session)
+    out, err = _console(), _console(stderr=True)
+    if not as_json:
+        out.print(Text(f"> {safe(message)}", style="bold"), soft_wrap=True)
+    try:
+        async with AsyncExitStack() as stack:
+            if host is not None:
+                # Entered before the session and left after it: children live in the
+                # runner's task group, and leaving it aborts any still running.
+                await stack.enter_async_context(host.runner)
+            async with session:
+                outcome = await drive(
+                    session, [user_text(message)], approve=approve, as_json=as_json, out=out, err=err
+                )
+                trace = session.trace_path
+    finally:
+        await close_llm(model_llm)
+        if host is not None:
+            await host.aclose()
+    return outcome.aborted, trace
 
 
 def _record_json(msg: OmniMessage) -> Any:
