@@ -751,6 +751,10 @@ class Session:
             outcome = LLMOutcome("failed", str(exc) or type(exc).__name__)
         if outcome is None:
             outcome = LLMOutcome("failed", mk.LLM_STREAM_NO_OUTCOME)
+        if outcome.status == "completed" and segments.open:
+            # A "completed" stream that left a segment open was cut short: a truncated
+            # response, retried like any malformed one (its tool calls are never dispatched).
+            outcome = LLMOutcome("malformed", mk.UNCLOSED_SEGMENT)
         for msg in segments.close_all(outcome.status):
             if is_partial(msg):
                 push(msg)
@@ -1015,9 +1019,13 @@ class _Segments:
         if kind is not None:
             self._open.pop((kind, str(getattr(p, "tool_call_id", ""))), None)
 
+    @property
+    def open(self) -> bool:
+        return bool(self._open)
+
     def close_all(self, status: str) -> list[OmniMessage]:
         out: list[OmniMessage] = []
-        reason = status if status != "completed" else "aborted"
+        reason = status
         for (kind, cid), parts in self._open.items():
             sr: Any = reason
             if kind == "partial_text":

@@ -35,6 +35,7 @@ __all__ = [
     "DENIED_BY_USER",
     "IMAGE_DROPPED_LINE",
     "LLM_STREAM_NO_OUTCOME",
+    "UNCLOSED_SEGMENT",
     "NO_OUTPUT",
     "PLACEHOLDER_ABORTED",
     "PLACEHOLDER_CRASH",
@@ -139,6 +140,8 @@ ABORT_TRACE_WRITE_FAILED_PREFIX: Final = "trace write failed: "
 
 # R-RUN-3.
 LLM_STREAM_NO_OUTCOME: Final = "LLM stream ended without an outcome"
+# [ours] A stream that reported `completed` but left a segment open (R-STREAM-4).
+UNCLOSED_SEGMENT: Final = "the response ended with an unclosed segment"
 
 # R-TOOL-2 / R-TOOL-4, R-IMG-1.
 NO_OUTPUT: Final = "[no output]"

@@ -18,7 +18,7 @@ from enginekit import (
     texts,
 )
 
-from engine import AbortSignal, LLMOutcome, SessionBusy, allow_all
+from engine import AbortSignal, LLMOutcome, RetryPolicy, SessionBusy, allow_all
 from eventstore import (
     ApprovalDecisionPayload,
     OmniMessage,
@@ -343,3 +343,42 @@ async def test_workspace_must_exist(env: Env) -> None:
     with pytest.raises(NotADirectoryError):
         await Session.create(llm=ScriptedLLM([]), environment=ScriptedEnvironment([]),
                              root=env.root, workspace=env.workspace / "f")
+
+
+async def test_completed_stream_with_an_open_segment_is_malformed(env: Env) -> None:
+    """R-STREAM-4: the engine closes a segment the producer leaked; a stream that claimed
+    `completed` with one open was cut short, so the attempt is `malformed` and retried, and its
+    half tool call is never dispatched."""
+
+    class Leaky:
+        vision = True
+
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def stream(self, request: Any) -> Any:
+            self.calls += 1
+            if self.calls == 1:
+                yield b.partial_tool_call("start", "x", name="t")
+                yield b.partial_tool_call("delta", "x", arguments='{"a":')
+                yield LLMOutcome("completed")
+                return
+            yield b.assistant_text("fine")
+            yield LLMOutcome("completed")
+
+    from engine import Session
+
+    gated = GatedEnvironment()
+    session = await Session.create(llm=Leaky(), environment=gated, root=env.root,
+                                   workspace=env.workspace, compaction=None,
+                                   retry=RetryPolicy(base_ms=1))
+    async with session:
+        stream = await collect(session.run([b.user_text("go")], approve=allow_all))
+        check_trace(session, stream)
+    ends = [m.payload for m in stream if m.payload.__struct_config__.tag == "request_end"]  # type: ignore[union-attr]
+    assert [(e.status, e.error_message) for e in ends] == [  # type: ignore[union-attr]
+        ("malformed", "the response ended with an unclosed segment"), ("completed", None)
+    ]
+    calls = [m for m in complete(stream) if m.payload.__struct_config__.tag == "tool_call"]  # type: ignore[union-attr]
+    assert [(c.payload.arguments, c.payload.stop_reason) for c in calls] == [('{"a":', "malformed")]  # type: ignore[union-attr]
+    assert gated.started == {}
