@@ -87,7 +87,9 @@ def trace_records(session: Session) -> list[OmniMessage]:
     return read_trace(files).records
 
 
-def check_trace(session: Session, stream: list[OmniMessage] | None = None) -> list[OmniMessage]:
+def check_trace(
+    session: Session, stream: list[OmniMessage] | None = None, *, whole_stream: bool = True
+) -> list[OmniMessage]:
     """INV-18 (validator), INV-21, INV-24/25 (rebuilt == live) and INV-11 (stream == trace)."""
     files = session._root.trace_files(session.id)
     findings = [f for f in validate_session(files) if f.severity == "error"]
@@ -97,6 +99,8 @@ def check_trace(session: Session, stream: list[OmniMessage] | None = None) -> li
     assert ModelContext.from_records(records) == session.context
     assert SessionState.from_records(records) == session.state
     if stream is not None:
+        if whole_stream:  # a consumer that left early saw only part of the stream
+            check_stream(stream)
         # INV-11: the recordable messages of the stream are a subsequence of the trace, in order.
         encoded = [encode(r) for r in records]
         at = 0
@@ -107,6 +111,69 @@ def check_trace(session: Session, stream: list[OmniMessage] | None = None) -> li
             assert at < len(encoded), f"streamed record missing from the trace (INV-11): {line!r}"
             at += 1
     return records
+
+
+_CONTENT = {
+    "partial_text": ("text", "text"),
+    "partial_thinking": ("thinking", "thinking"),
+    "partial_tool_call": ("tool_call", "arguments"),
+    "partial_tool_call_output": ("tool_call_output", "output"),
+}
+
+
+def check_stream(stream: list[OmniMessage]) -> None:
+    """INV-1 (every streamed segment is start/deltas/stop and its complete message follows with
+    the concatenated content), INV-2 (approval after its call, before any output) and INV-3 (one
+    output per completed call; at most one when the run aborted).  Compaction spans are
+    exempt from INV-1: they stream partial_text fragments only (R-COMPACT-8)."""
+    open_: dict[tuple[Any, ...], list[str]] = {}
+    awaiting: dict[tuple[Any, ...], str] = {}
+    in_compaction = False
+    calls: dict[str, int] = {}
+    approved: set[str] = set()
+    outputs: dict[str, int] = {}
+    for m in stream:
+        tag = m.payload.__struct_config__.tag  # type: ignore[union-attr]
+        p: Any = m.payload
+        if tag == "compaction_begin":
+            in_compaction = True
+        elif tag == "compaction_end":
+            in_compaction = False
+        origin = tuple(m.origin or ())
+        if tag in _CONTENT:
+            if in_compaction:
+                continue
+            complete_tag, field_name = _CONTENT[tag]
+            key = (complete_tag, getattr(p, "tool_call_id", ""), origin)
+            if p.event_type == "start":
+                assert key not in open_, f"INV-1: segment {key} started twice"
+                open_[key] = [getattr(p, field_name)]
+            else:
+                assert key in open_, f"INV-1: {p.event_type} without start for {key}"
+                open_[key].append(getattr(p, field_name))
+                if p.event_type == "stop":
+                    awaiting[key] = "".join(open_.pop(key))
+            continue
+        key = (tag, getattr(p, "tool_call_id", ""), origin)
+        if tag in ("text", "thinking", "tool_call", "tool_call_output") and key in awaiting:
+            _, field_name = next(v for v in _CONTENT.values() if v[0] == tag)
+            assert getattr(p, field_name) == awaiting.pop(key), f"INV-1: content differs for {key}"
+        if origin:
+            continue  # a child's calls and outputs are its own session's (R-SUB-2)
+        if tag == "tool_call" and stop_reason_of(m) == "completed":
+            calls[p.tool_call_id] = calls.get(p.tool_call_id, 0) + 1
+        elif tag == "approval_decision":
+            assert p.tool_call_id in calls, "INV-2: approval before its call"
+            assert p.tool_call_id not in outputs, "INV-2: approval after an output"
+            approved.add(p.tool_call_id)
+        elif tag == "tool_call_output":
+            outputs[p.tool_call_id] = outputs.get(p.tool_call_id, 0) + 1
+    assert open_ == {}, f"INV-1: segments never closed: {list(open_)}"
+    assert awaiting == {}, f"INV-1: no complete message after stop: {list(awaiting)}"
+    aborted = bool(stream) and stream[-1].payload.__struct_config__.tag == "abort"  # type: ignore[union-attr]
+    for cid in calls:
+        n = outputs.get(cid, 0)
+        assert n <= 1 if aborted else n == 1, f"INV-3: call {cid} has {n} outputs"
 
 
 def kinds(msgs: list[OmniMessage]) -> list[str]:
