@@ -11,8 +11,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from projections import DEFAULT_COMPACTION_PROMPT
+from projections import markers as mk
 
-__all__ = ["CompactionSettings", "RetryPolicy"]
+__all__ = ["CompactionSettings", "RetryPolicy", "attempt_stamp", "exhaustion_reason"]
 
 
 class CompactionSettings(BaseModel):
@@ -64,3 +65,19 @@ class RetryPolicy(BaseModel):
         if self.compaction_max_reconnects is None:
             return self.max_reconnects
         return self.compaction_max_reconnects
+
+
+def attempt_stamp(status: str, reconnects: int) -> int | None:
+    """R-RETRY-7: absent on a clean first-try completion."""
+    if status != "completed" or reconnects > 0:
+        return reconnects + 1
+    return None
+
+
+def exhaustion_reason(status: str, retries: int, message: str | None) -> str:
+    """R-RETRY-10: chosen by the last attempt's status."""
+    if status == "malformed":
+        return mk.abort_malformed_failed(retries)
+    if status == "failed":
+        return mk.abort_llm_failed(retries, message)
+    return mk.abort_reconnect_failed(retries)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import sys
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,15 +46,16 @@ from eventstore import (
     encode_line,
 )
 from eventstore import builders as b
-from eventstore.builders import is_partial, payload_type, stop_reason_of
+from eventstore.builders import is_partial, stop_reason_of
 from projections import ModelContext, SessionState
 from projections import markers as mk
 
 from ._compaction import CompactionRunner
-from ._config import CompactionSettings, RetryPolicy
+from ._config import CompactionSettings, RetryPolicy, attempt_stamp, exhaustion_reason
 from ._exceptions import SessionBroken, SessionBusy
 from ._images import fold_images
 from ._protocols import LLM, Approval, ApproveFn, Environment, LLMOutcome, LLMRequest
+from ._segments import Segments, as_agen
 from ._signal import AbortSignal, make_waker
 
 __all__ = ["Compactability", "Session"]
@@ -593,7 +594,7 @@ class Session:
                 self.emit(run, b.abort(mk.abort_llm_request_error(outcome.message)))
                 return None
             if reconnects >= policy.max_reconnects:
-                self.emit(run, b.abort(_exhaustion_reason(status, policy.max_reconnects,
+                self.emit(run, b.abort(exhaustion_reason(status, policy.max_reconnects,
                                                           outcome.message)))
                 return None
             reconnects += 1
@@ -661,7 +662,7 @@ class Session:
             end = b.request_end(
                 outcome.status,
                 error_message=outcome.message if outcome.status != "completed" else None,
-                attempt=_attempt_stamp(outcome.status, reconnects),
+                attempt=attempt_stamp(outcome.status, reconnects),
                 retry_in_ms=retry_in_ms,
             )
             self.record(end)
@@ -697,10 +698,10 @@ class Session:
     ) -> tuple[LLMOutcome, bool]:
         outcome: LLMOutcome | None = None
         called = False
-        segments = _Segments()
+        segments = Segments()
         try:
             idle_s = self._retry.request_timeout_ms / 1000 if self._retry.request_timeout_ms else None
-            async with aclosing(_as_agen(self._llm.stream(request))) as stream:
+            async with aclosing(as_agen(self._llm.stream(request))) as stream:
                 while True:
                     if idle_s is None:
                         item = await anext(stream, None)
@@ -815,7 +816,7 @@ class Session:
         cid = p.tool_call_id
         answered = False
         try:
-            stream = _as_agen(self._env.execute(call, signal=run.signal, approve=run.approve))
+            stream = as_agen(self._env.execute(call, signal=run.signal, approve=run.approve))
             async with aclosing(stream) as it:
                 async for msg in it:
                     if msg.origin is not None:
@@ -958,88 +959,3 @@ def _first_write_failure(exc: BaseException) -> _WriteFailed | None:
             if found is not None:
                 return found
     return None
-
-
-def _attempt_stamp(status: str, reconnects: int) -> int | None:
-    """R-RETRY-7: absent on a clean first-try completion."""
-    if status != "completed" or reconnects > 0:
-        return reconnects + 1
-    return None
-
-
-def _exhaustion_reason(status: str, retries: int, message: str | None) -> str:
-    """R-RETRY-10: chosen by the last attempt's status."""
-    if status == "malformed":
-        return mk.abort_malformed_failed(retries)
-    if status == "failed":
-        return mk.abort_llm_failed(retries, message)
-    return mk.abort_reconnect_failed(retries)
-
-
-async def _as_agen(iterable: AsyncIterator[Any]) -> AsyncGenerator[Any, None]:
-    """Wrap any async iterator so ``aclosing`` can always close it."""
-    if isinstance(iterable, AsyncGenerator):
-        async for item in iterable:
-            yield item
-        return
-    async for item in iterable:
-        yield item
-
-
-class _Segments:
-    """Open streamed segments of one producer, so an interrupted stream can be closed
-    (R-STREAM-4): the engine emits the missing ``stop`` and complete message."""
-
-    def __init__(self) -> None:
-        self._open: dict[tuple[str, str], list[Any]] = {}
-
-    def feed(self, msg: OmniMessage) -> None:
-        if msg.origin is not None:
-            return
-        p = msg.payload
-        key = (payload_type(msg) or "", str(getattr(p, "tool_call_id", "")))
-        event = getattr(p, "event_type", None)
-        if event == "start":
-            self._open[key] = [p]
-        elif event == "stop":
-            self._open.pop(key, None)
-        elif key in self._open:
-            self._open[key].append(p)
-        else:
-            self._open[key] = [p]
-
-    def close_for(self, msg: OmniMessage) -> None:
-        """A complete message settles the producer's open segment of the same kind."""
-        p = msg.payload
-        kind = {
-            "text": "partial_text",
-            "thinking": "partial_thinking",
-            "tool_call": "partial_tool_call",
-        }.get(payload_type(msg) or "")
-        if kind is not None:
-            self._open.pop((kind, str(getattr(p, "tool_call_id", ""))), None)
-
-    @property
-    def open(self) -> bool:
-        return bool(self._open)
-
-    def close_all(self, status: str) -> list[OmniMessage]:
-        out: list[OmniMessage] = []
-        reason = status
-        for (kind, cid), parts in self._open.items():
-            sr: Any = reason
-            if kind == "partial_text":
-                body = "".join(getattr(x, "text", "") for x in parts)
-                out.append(b.partial_text("stop", stop_reason=sr))
-                out.append(b.assistant_text(body, stop_reason=sr))
-            elif kind == "partial_thinking":
-                body = "".join(getattr(x, "thinking", "") for x in parts)
-                out.append(b.partial_thinking("stop", stop_reason=sr))
-                out.append(b.thinking(body, stop_reason=sr))
-            elif kind == "partial_tool_call":
-                name = next((x.name for x in reversed(parts) if x.name), "")
-                args = "".join(x.arguments for x in parts)
-                out.append(b.partial_tool_call("stop", cid, stop_reason=sr))
-                out.append(b.tool_call(name, args, cid, stop_reason=sr))
-        self._open.clear()
-        return out
