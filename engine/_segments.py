@@ -20,9 +20,16 @@ __all__ = ["Segments", "as_agen"]
 
 async def as_agen(iterable: AsyncIterator[Any]) -> AsyncGenerator[Any, None]:
     """Wrap any async iterator (an LLM's or an environment's stream) in an async generator, so
-    ``aclosing`` can always close it, whatever the implementation returned."""
-    async for item in iterable:
-        yield item
+    ``aclosing`` can always close it, whatever the implementation returned.  Closing the
+    wrapper closes the wrapped generator at once (its cleanup — an HTTP response, a child
+    process — must not wait for the garbage collector)."""
+    try:
+        async for item in iterable:
+            yield item
+    finally:
+        aclose = getattr(iterable, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 class Segments:
