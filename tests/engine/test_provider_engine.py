@@ -7,14 +7,11 @@ into the live projections, and the retry must re-send the first attempt's body u
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import anyio
+import providerkit as K
 import pytest
 from enginekit import Env, check_trace, collect, complete, trace_records
 
@@ -29,20 +26,6 @@ from eventstore import (
 )
 from eventstore import builders as b
 
-
-def _kit() -> ModuleType:
-    name = "providerkit"
-    if name not in sys.modules:
-        path = Path(__file__).parent / "sse" / "providerkit.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-K = _kit()
 pytestmark = pytest.mark.anyio
 KEY = "sk-e2e-Kx93LmQ0vR"
 TOOLS = [{"name": "read_file", "description": "Read a file.",

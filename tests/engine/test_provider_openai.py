@@ -6,16 +6,13 @@ providers' wire format and fails in every way the error table knows.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from collections.abc import Iterator
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import anyio
 import httpx
+import providerkit as K
 import pytest
 
 from engine import AbortSignal
@@ -30,20 +27,6 @@ from eventstore import (
 )
 from eventstore import builders as b
 
-
-def _kit() -> ModuleType:
-    name = "providerkit"
-    if name not in sys.modules:
-        path = Path(__file__).parent / "sse" / "providerkit.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-K = _kit()
 pytestmark = pytest.mark.anyio
 KEY = "sk-test-7Hq2Zp9Lw4Xy"
 

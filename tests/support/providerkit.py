@@ -26,7 +26,7 @@ import anyio
 import anyio.abc
 import anyio.from_thread
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[1] / "engine" / "sse"
 
 
 def recording(name: str) -> bytes:
