@@ -5,19 +5,29 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit demo bench test-extended clean
+.PHONY: test lint unit demo bench test-extended clean pin
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+# constraints-dev.txt pins every tool and library version, so a new ruff or mypy release cannot
+# turn CI red without a change here (refresh with `make pin`).
+$(STAMP): $(BIN)/python pyproject.toml constraints-dev.txt
+	$(BIN)/python -m pip install --quiet -c constraints-dev.txt -e '.[dev,analytics]'
 	touch $(STAMP)
 
+pin: $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev,analytics]'
+	$(BIN)/python -m pip freeze --exclude-editable > constraints-dev.txt
+
+SOURCES := eventstore engine projections replay penguin tests bench
+
 lint: $(STAMP)
-	$(BIN)/ruff check eventstore engine projections replay tests bench
+	$(BIN)/ruff check $(SOURCES)
+	$(BIN)/ruff format --check $(SOURCES)
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q

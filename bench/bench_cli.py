@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from eventstore import OmniMessage, TokenCounts, ToolDefinition, encode_line
 from eventstore import builders as b
-from replay._cli import app
+from penguin.cli._cli import app
 
 SESSIONS = 2000
 REPEATS = 3
@@ -35,16 +35,25 @@ def _ts(i: int) -> str:
 def _session(sid: str, rng: random.Random) -> bytes:
     """A small, valid session: a prompt, a tool turn, a final answer (about 3 KiB)."""
     usage1 = TokenCounts(cache_write=rng.randint(50, 500), output=rng.randint(5, 50))
-    usage1 = TokenCounts(cache_write=usage1.cache_write, output=usage1.output,
-                         total=usage1.cache_write + usage1.output)
-    usage2 = TokenCounts(cache_read=usage1.total, cache_write=40, output=20,
-                         total=usage1.total + 60)
+    usage1 = TokenCounts(
+        cache_write=usage1.cache_write,
+        output=usage1.output,
+        total=usage1.cache_write + usage1.output,
+    )
+    usage2 = TokenCounts(
+        cache_read=usage1.total, cache_write=40, output=20, total=usage1.total + 60
+    )
     cid = f"call_{rng.getrandbits(32):08x}"
     records: list[OmniMessage] = [
-        b.session_meta(session_id=sid, provider="bench", model_id="bench-model",
-                       model_context_window=200_000, system_prompt="You are careful. " * 20,
-                       agent_state="/home/u/.penguin/data/p/agents/a/agent_state",
-                       workspace="/home/u/project"),
+        b.session_meta(
+            session_id=sid,
+            provider="bench",
+            model_id="bench-model",
+            model_context_window=200_000,
+            system_prompt="You are careful. " * 20,
+            agent_state="/home/u/.penguin/data/p/agents/a/agent_state",
+            workspace="/home/u/project",
+        ),
         b.user_text("Please list the project files and summarize them."),
         b.tool_list_ready(_TOOLS),
         b.request_begin(),
@@ -57,9 +66,15 @@ def _session(sid: str, rng: random.Random) -> bytes:
         b.tool_call_output(cid, "total 8\n-rw-r--r-- 1 u u 120 README.md\n" * 4),
         b.request_begin(),
         b.assistant_text("There is one README and nothing else of note. " * 4),
-        b.token_usage(usage2, TokenCounts(cache_read=usage1.total, cache_write=usage1.cache_write + 40,
-                                          output=usage1.output + 20,
-                                          total=2 * usage1.total + 60)),
+        b.token_usage(
+            usage2,
+            TokenCounts(
+                cache_read=usage1.total,
+                cache_write=usage1.cache_write + 40,
+                output=usage1.output + 20,
+                total=2 * usage1.total + 60,
+            ),
+        ),
         b.request_end("completed"),
     ]
     return b"".join(
@@ -93,8 +108,9 @@ def _in_process(args: list[str]) -> Callable[[], object]:
     def run() -> object:
         result = CliRunner().invoke(app, args)
         if result.exit_code != 0:
-            raise RuntimeError(f"penguin {' '.join(args)} exited {result.exit_code}: "
-                               f"{result.output[:500]}")
+            raise RuntimeError(
+                f"penguin {' '.join(args)} exited {result.exit_code}: {result.output[:500]}"
+            )
         return result
 
     return run
@@ -126,13 +142,17 @@ def main() -> None:
         p_validate = _as_process(["validate", str(home)])
         p_stats = _as_process(["--home", str(home), "stats", "--all"])
 
-    print(f"cli: {SESSIONS} session files, {size / 2**20:.1f} MiB "
-          f"({size // SESSIONS} B each), generated in {t_gen * 1000:.0f} ms")
+    print(
+        f"cli: {SESSIONS} session files, {size / 2**20:.1f} MiB "
+        f"({size // SESSIONS} B each), generated in {t_gen * 1000:.0f} ms"
+    )
     print(f"  read bytes (baseline)          {t_bytes * 1000:8.1f} ms")
 
     def row(name: str, t: float) -> None:
-        print(f"  {name:<30} {t * 1000:8.1f} ms  x{t / t_bytes:7.1f} vs reading the bytes  "
-              f"{t / SESSIONS * 1e6:7.0f} us/file")
+        print(
+            f"  {name:<30} {t * 1000:8.1f} ms  x{t / t_bytes:7.1f} vs reading the bytes  "
+            f"{t / SESSIONS * 1e6:7.0f} us/file"
+        )
 
     row("validate (in process)", t_validate)
     row("stats --all (in process)", t_stats)

@@ -49,8 +49,13 @@ async def _run_task(home: Path, script: dict[str, Any]) -> tuple[float, list[flo
     ws = home / "ws"
     ws.mkdir(parents=True, exist_ok=True)
     session = await Session.create(
-        llm=llm, environment=ScriptedEnvironment.from_llm(llm), root=DataRoot(home / "data"),
-        workspace=ws, compaction=None, max_turns=0, fsync="never",
+        llm=llm,
+        environment=ScriptedEnvironment.from_llm(llm),
+        root=DataRoot(home / "data"),
+        workspace=ws,
+        compaction=None,
+        max_turns=0,
+        fsync="never",
     )
     count = 0
     async with session:
@@ -68,9 +73,13 @@ def _trimmed_mean(values: list[float]) -> float:
 
 
 def _raw_records(path: Path, n: int) -> float:
-    msgs = [b.request_begin(), b.tool_call("noop", {"i": 1}, "call_1_1"),
-            b.approval_decision("allow", "call_1_1"), b.request_end("completed"),
-            b.tool_call_output("call_1_1", "ok")]
+    msgs = [
+        b.request_begin(),
+        b.tool_call("noop", {"i": 1}, "call_1_1"),
+        b.approval_decision("allow", "call_1_1"),
+        b.request_end("completed"),
+        b.tool_call_output("call_1_1", "ok"),
+    ]
     start = time.perf_counter()
     with TraceWriter(path, fsync="never") as writer:
         for i in range(n):
@@ -87,17 +96,25 @@ def main() -> None:
         late = _trimmed_mean(per_turn[900:1000])
         records = TURNS * 7
         raw = _raw_records(home / "raw_001.jsonl", records)
-        print(f"turns/s (1000-turn task, no-op tool): {TURNS / elapsed:,.0f}  (target >= 2,000; "
-              "reference engine ~600)")
-        print(f"per-turn cost, turns 901-1000 / 1-100 (trimmed means): {late / early:.2f}  "
-              "(target <= 1.2)")
-        print(f"loop vs bare writer for the same {records} records: "
-              f"{raw / elapsed:.2f}x  (writer alone {records / raw:,.0f} records/s)")
+        print(
+            f"turns/s (1000-turn task, no-op tool): {TURNS / elapsed:,.0f}  (target >= 2,000; "
+            "reference engine ~600)"
+        )
+        print(
+            f"per-turn cost, turns 901-1000 / 1-100 (trimmed means): {late / early:.2f}  "
+            "(target <= 1.2)"
+        )
+        print(
+            f"loop vs bare writer for the same {records} records: "
+            f"{raw / elapsed:.2f}x  (writer alone {records / raw:,.0f} records/s)"
+        )
 
         script = {"responses": [[{"text": ["x"] * DELTAS}]]}
         elapsed2, _, count = anyio.run(_run_task, home / "b", script)
-        print(f"stream throughput ({DELTAS:,} text deltas through run()): "
-              f"{count / elapsed2:,.0f} messages/s  (target >= 100,000)")
+        print(
+            f"stream throughput ({DELTAS:,} text deltas through run()): "
+            f"{count / elapsed2:,.0f} messages/s  (target >= 100,000)"
+        )
 
 
 if __name__ == "__main__":

@@ -39,9 +39,13 @@ ROUNDS = 5
 
 def _openai_recording(n: int) -> bytes:
     def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
-        body = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1,
-                "model": "gpt-4o", "choices": [{"index": 0, "delta": delta,
-                                                "logprobs": None, "finish_reason": finish}]}
+        body = {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "gpt-4o",
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        }
         return "data: " + json.dumps(body, separators=(",", ":")) + "\n\n"
 
     parts = [chunk({"role": "assistant", "content": ""})]
@@ -57,19 +61,54 @@ def _anthropic_recording(n: int) -> bytes:
     def event(kind: str, data: dict[str, Any]) -> str:
         return f"event: {kind}\ndata: " + json.dumps(data, separators=(",", ":")) + "\n\n"
 
-    parts = [event("message_start", {"type": "message_start", "message": {
-        "id": "msg_bench", "type": "message", "role": "assistant", "content": [],
-        "model": "claude", "usage": {"input_tokens": 10, "output_tokens": 1}}})]
-    parts.append(event("content_block_start", {"type": "content_block_start", "index": 0,
-                                               "content_block": {"type": "text", "text": ""}}))
-    parts += [event("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                            "delta": {"type": "text_delta",
-                                                      "text": f"word{i} "}})
-              for i in range(n)]
+    parts = [
+        event(
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_bench",
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [],
+                    "model": "claude",
+                    "usage": {"input_tokens": 10, "output_tokens": 1},
+                },
+            },
+        )
+    ]
+    parts.append(
+        event(
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        )
+    )
+    parts += [
+        event(
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": f"word{i} "},
+            },
+        )
+        for i in range(n)
+    ]
     parts.append(event("content_block_stop", {"type": "content_block_stop", "index": 0}))
-    parts.append(event("message_delta", {"type": "message_delta",
-                                         "delta": {"stop_reason": "end_turn"},
-                                         "usage": {"output_tokens": n}}))
+    parts.append(
+        event(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn"},
+                "usage": {"output_tokens": n},
+            },
+        )
+    )
     parts.append(event("message_stop", {"type": "message_stop"}))
     return "".join(parts).encode()
 
@@ -86,15 +125,22 @@ class _Chunks(httpx.AsyncByteStream):
 
 def _client(body: bytes) -> httpx.AsyncClient:
     def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, headers={"content-type": "text/event-stream"},
-                              stream=_Chunks(body))
+        return httpx.Response(
+            200, headers={"content-type": "text/event-stream"}, stream=_Chunks(body)
+        )
 
     return httpx.AsyncClient(transport=httpx.MockTransport(handler))
 
 
 def _request() -> LLMRequest:
-    return LLMRequest(system_prompt="bench", tools=[], messages=[b.user_text("go")],
-                      new_messages=1, thinking_level=None, signal=AbortSignal())
+    return LLMRequest(
+        system_prompt="bench",
+        tools=[],
+        messages=[b.user_text("go")],
+        new_messages=1,
+        thinking_level=None,
+        signal=AbortSignal(),
+    )
 
 
 async def _best(run: Callable[[], Awaitable[int]]) -> tuple[float, int]:
@@ -107,8 +153,12 @@ async def _best(run: Callable[[], Awaitable[int]]) -> tuple[float, int]:
     return best, count
 
 
-async def _measure(name: str, body: bytes, llm_factory: Callable[[httpx.AsyncClient], Any],
-                   parser_factory: Callable[[], Any]) -> None:
+async def _measure(
+    name: str,
+    body: bytes,
+    llm_factory: Callable[[httpx.AsyncClient], Any],
+    parser_factory: Callable[[], Any],
+) -> None:
     async with _client(body) as client:
 
         async def lines() -> int:
@@ -145,25 +195,32 @@ async def _measure(name: str, body: bytes, llm_factory: Callable[[httpx.AsyncCli
     assert n_items >= DELTAS
     mb = len(body) / 2**20
     print(f"{name}: {DELTAS} deltas, {mb:.1f} MiB, {n_lines} lines")
-    for label, seconds in (("httpx lines", t_lines), ("sse + parser", t_parse),
-                           ("adapter", t_adapter)):
-        print(f"  {label:<13} {DELTAS / seconds:>12,.0f} deltas/s  {seconds * 1000:8.1f} ms"
-              f"  {seconds / t_lines:6.2f}x httpx lines")
+    for label, seconds in (
+        ("httpx lines", t_lines),
+        ("sse + parser", t_parse),
+        ("adapter", t_adapter),
+    ):
+        print(
+            f"  {label:<13} {DELTAS / seconds:>12,.0f} deltas/s  {seconds * 1000:8.1f} ms"
+            f"  {seconds / t_lines:6.2f}x httpx lines"
+        )
 
 
 async def _main() -> None:
     await _measure(
         "openai (chat completions)",
         _openai_recording(DELTAS),
-        lambda client: OpenAICompatible("gpt-4o", base_url="http://bench.invalid/v1",
-                                        api_key="k", client=client),
+        lambda client: OpenAICompatible(
+            "gpt-4o", base_url="http://bench.invalid/v1", api_key="k", client=client
+        ),
         lambda: OpenAIStreamParser(provider="openai", ids=ToolCallIds()),
     )
     await _measure(
         "anthropic (messages)",
         _anthropic_recording(DELTAS),
-        lambda client: Anthropic("claude", api_key="k", base_url="http://bench.invalid",
-                                 client=client),
+        lambda client: Anthropic(
+            "claude", api_key="k", base_url="http://bench.invalid", client=client
+        ),
         lambda: AnthropicStreamParser(provider="anthropic", ids=ToolCallIds()),
     )
 

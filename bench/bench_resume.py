@@ -55,9 +55,44 @@ REPEATS = 3
 # keep one slow round of the 2-file resume from swinging it.
 C_REPEATS = 15
 TURNS_PER_FILE = 100
-_WORDS = ["the", "a", "file", "read", "write", "function", "test", "error", "value", "result", "config", "path", "list", "line", "code", "return", "import", "class", "def", "self", "None", "True", "build", "run", "module", "package", "data", "trace", "record", "élan", "naïve", "数据"]
-_TOOLS = [{"name": "read_file", "description": "Read a file."},
-          {"name": "write_file", "description": "Write a file."}]
+_WORDS = [
+    "the",
+    "a",
+    "file",
+    "read",
+    "write",
+    "function",
+    "test",
+    "error",
+    "value",
+    "result",
+    "config",
+    "path",
+    "list",
+    "line",
+    "code",
+    "return",
+    "import",
+    "class",
+    "def",
+    "self",
+    "None",
+    "True",
+    "build",
+    "run",
+    "module",
+    "package",
+    "data",
+    "trace",
+    "record",
+    "élan",
+    "naïve",
+    "数据",
+]
+_TOOLS = [
+    {"name": "read_file", "description": "Read a file."},
+    {"name": "write_file", "description": "Write a file."},
+]
 
 
 # --------------------------------------------------------------------------- generation
@@ -73,10 +108,14 @@ class _Gen:
         self.tick = 0
         self.call = 0
         self.meta = b.session_meta(
-            session_id=SID, provider="bench", model_id="bench-model",
-            model_context_window=200_000, system_prompt=self.words(60),
+            session_id=SID,
+            provider="bench",
+            model_id="bench-model",
+            model_context_window=200_000,
+            system_prompt=self.words(60),
             agent_state="/home/u/.penguin/data/default_project/agents/default_agent/agent_state",
-            workspace=workspace, timestamp=self.ts(),
+            workspace=workspace,
+            timestamp=self.ts(),
         )
         self.tools = b.tool_list_ready([_tool(t) for t in _TOOLS], timestamp=self.ts())
 
@@ -124,8 +163,9 @@ class _Gen:
         yield self.meta
         yield self.tools
         if not first:
-            yield b.user_text("[context_summary]\n" + self.words(80) + "\n[/context_summary]",
-                              timestamp=self.ts())
+            yield b.user_text(
+                "[context_summary]\n" + self.words(80) + "\n[/context_summary]", timestamp=self.ts()
+            )
         done = 0
         while done < turns:
             yield b.user_text(self.words(self.rng.randint(5, 40)), timestamp=self.ts())
@@ -135,15 +175,17 @@ class _Gen:
             done += n
         if compact:
             ts = self.ts()
-            yield b.compaction_begin("context", "summarize", context=150_000, turns=turns,
-                                     timestamp=ts)
+            yield b.compaction_begin(
+                "context", "summarize", context=150_000, turns=turns, timestamp=ts
+            )
             yield b.user_text("Summarize.", timestamp=ts)
             yield b.request_begin(timestamp=ts)
             yield b.assistant_text("[summary]" + self.words(80) + "[/summary]", timestamp=ts)
             yield self.usage(ts)
             yield b.request_end("completed", timestamp=ts)
-            yield b.compaction_end("context", "summarize", "completed", attempt=1,
-                                   timestamp=self.ts())
+            yield b.compaction_end(
+                "context", "summarize", "completed", attempt=1, timestamp=self.ts()
+            )
 
 
 def _tool(raw: dict[str, str]) -> ToolDefinition:
@@ -171,12 +213,17 @@ def generate_single(home: Path, workspace: Path, records: int) -> tuple[int, int
     """(a): one file of about ``records`` records, ending after a completed task."""
     sample = sum(1 for _ in _Gen(3, str(workspace)).context(1000, first=True, compact=False))
     turns = max(1, round(1000 * records / sample))
-    return _write(_trace(home, 1), _Gen(7, str(workspace)).context(turns, first=True,
-                                                                    compact=False))
+    return _write(
+        _trace(home, 1), _Gen(7, str(workspace)).context(turns, first=True, compact=False)
+    )
 
 
 def generate_files(
-    home: Path, workspace: Path, files: int, *, turns: int | None = None,
+    home: Path,
+    workspace: Path,
+    files: int,
+    *,
+    turns: int | None = None,
     file_bytes: int | None = None,
 ) -> list[int]:
     """A session of ``files`` files; every file but the last ends with a completed compaction.
@@ -187,8 +234,9 @@ def generate_files(
     if turns is None:
         assert file_bytes is not None
         # Calibrate the turns per file on a small sample.
-        sample = b"".join(encode_line(r) for r in _Gen(3, str(workspace)).context(
-            200, first=False, compact=True))
+        sample = b"".join(
+            encode_line(r) for r in _Gen(3, str(workspace)).context(200, first=False, compact=True)
+        )
         turns = max(1, int(200 * file_bytes / len(sample)))
     body_first = b"".join(encode_line(r) for r in gen.context(turns, first=True, compact=True))
     body_rest = b"".join(encode_line(r) for r in gen.context(turns, first=False, compact=True))
@@ -207,8 +255,9 @@ def generate_files(
 
 async def _resume_once(home: Path) -> None:
     llm = ScriptedLLM({"responses": [], "tools": _TOOLS})
-    session = await resume_session(DataRoot(home), SID, llm=llm,
-                                   environment=ScriptedEnvironment.from_llm(llm), compaction=None)
+    session = await resume_session(
+        DataRoot(home), SID, llm=llm, environment=ScriptedEnvironment.from_llm(llm), compaction=None
+    )
     async with session:
         pass
 
@@ -270,23 +319,29 @@ def bench_a(tmp: Path, workspace: Path) -> None:
             for r in iter_trace(path):
                 state.apply(r)
 
-    times = _best({
-        "json": json_lines,
-        "resume": lambda: anyio.run(_resume_once, home),
-        "decode": decode_only,
-        "context": context_fold,
-        "state": state_fold,
-    })
+    times = _best(
+        {
+            "json": json_lines,
+            "resume": lambda: anyio.run(_resume_once, home),
+            "decode": decode_only,
+            "context": context_fold,
+            "state": state_fold,
+        }
+    )
     t_json, t_resume = times["json"], times["resume"]
     t_dec = times["decode"]
     print(f"(a) resume of one file: {count} records, {size / 2**20:.1f} MiB")
     print(f"    json.loads per line          {t_json * 1000:8.1f} ms   1.00x")
     print(f"    resume_session (+ close)     {t_resume * 1000:8.1f} ms   {t_resume / t_json:.2f}x")
     print(f"      decode only (iter_trace)   {t_dec * 1000:8.1f} ms   {t_dec / t_json:.2f}x")
-    print(f"      + ModelContext fold        {(times['context'] - t_dec) * 1000:8.1f} ms   "
-          f"{(times['context'] - t_dec) / t_json:.2f}x")
-    print(f"      + SessionState fold        {(times['state'] - t_dec) * 1000:8.1f} ms   "
-          f"{(times['state'] - t_dec) / t_json:.2f}x")
+    print(
+        f"      + ModelContext fold        {(times['context'] - t_dec) * 1000:8.1f} ms   "
+        f"{(times['context'] - t_dec) / t_json:.2f}x"
+    )
+    print(
+        f"      + SessionState fold        {(times['state'] - t_dec) * 1000:8.1f} ms   "
+        f"{(times['state'] - t_dec) / t_json:.2f}x"
+    )
     ratio = t_resume / t_json
     verdict = "ok" if ratio <= 0.5 else "ABOVE TARGET"
     print(f"    resume / json.loads: {ratio:.2f}x (target <= 0.50x: {verdict})")
@@ -300,17 +355,24 @@ def bench_b(tmp: Path, workspace: Path) -> None:
     latest = sizes[-1]
     out = subprocess.run(
         [sys.executable, "-m", "bench.bench_resume", "--rss-child", str(home), str(tmp / "warm")],
-        check=True, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent,
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
     )
     figures = json.loads(out.stdout.strip().splitlines()[-1])
     growth = figures["after"] - figures["before"]
     label = "full" if full else "small (PENGUIN_BENCH_FULL=1 for 10 x 60 MB)"
-    print(f"(b) peak RSS of a resume, {label}: 10 files, {sum(sizes) / 2**20:.0f} MiB in all, "
-          f"latest {latest / 2**20:.1f} MiB")
+    print(
+        f"(b) peak RSS of a resume, {label}: 10 files, {sum(sizes) / 2**20:.0f} MiB in all, "
+        f"latest {latest / 2**20:.1f} MiB"
+    )
     ratio = growth / latest
     verdict = "ok" if ratio <= 3.0 else "ABOVE TARGET"
-    print(f"    peak RSS growth {growth / 2**20:.1f} MiB = {ratio:.2f}x the latest file "
-          f"(target <= 3.00x: {verdict})")
+    print(
+        f"    peak RSS growth {growth / 2**20:.1f} MiB = {ratio:.2f}x the latest file "
+        f"(target <= 3.00x: {verdict})"
+    )
 
 
 def _rss_child(home: Path, warm: Path) -> None:
@@ -348,21 +410,32 @@ def bench_c(tmp: Path, workspace: Path) -> None:
     long_sizes = generate_files(long_home, workspace, 20, turns=TURNS_PER_FILE)
     short_sizes = generate_files(short_home, workspace, 2, turns=TURNS_PER_FILE)
     latest = _trace(long_home, 20)
-    times = _best({
-        "short": lambda: anyio.run(_resume_once, short_home),
-        "long": lambda: anyio.run(_resume_once, long_home),
-        "latest only": lambda: _fold_latest(latest),
-    }, repeats=C_REPEATS)
+    times = _best(
+        {
+            "short": lambda: anyio.run(_resume_once, short_home),
+            "long": lambda: anyio.run(_resume_once, long_home),
+            "latest only": lambda: _fold_latest(latest),
+        },
+        repeats=C_REPEATS,
+    )
     t_short, t_long = times["short"], times["long"]
-    print(f"(c) resume after compactions every {TURNS_PER_FILE} turns "
-          f"(latest file {long_sizes[-1] / 2**10:.0f} KiB)")
-    print(f"    200 turns,  2 files ({sum(short_sizes) / 2**20:5.1f} MiB)  "
-          f"{t_short * 1000:7.1f} ms   1.00x")
-    print(f"    2000 turns, 20 files ({sum(long_sizes) / 2**20:5.1f} MiB)  "
-          f"{t_long * 1000:7.1f} ms   {t_long / t_short:.2f}x")
-    print(f"    of which folding the latest file: {times['latest only'] * 1000:.1f} ms; "
-          f"streaming 19 earlier files for the counters: "
-          f"{(t_long - t_short) * 1000:.1f} ms more than 1 earlier file")
+    print(
+        f"(c) resume after compactions every {TURNS_PER_FILE} turns "
+        f"(latest file {long_sizes[-1] / 2**10:.0f} KiB)"
+    )
+    print(
+        f"    200 turns,  2 files ({sum(short_sizes) / 2**20:5.1f} MiB)  "
+        f"{t_short * 1000:7.1f} ms   1.00x"
+    )
+    print(
+        f"    2000 turns, 20 files ({sum(long_sizes) / 2**20:5.1f} MiB)  "
+        f"{t_long * 1000:7.1f} ms   {t_long / t_short:.2f}x"
+    )
+    print(
+        f"    of which folding the latest file: {times['latest only'] * 1000:.1f} ms; "
+        f"streaming 19 earlier files for the counters: "
+        f"{(t_long - t_short) * 1000:.1f} ms more than 1 earlier file"
+    )
 
 
 def _fold_latest(path: Path) -> None:

@@ -159,7 +159,8 @@ class CompactionRunner:
             status = outcome.status
             if status == "completed":
                 calls = [
-                    m for m in attempt.outputs
+                    m
+                    for m in attempt.outputs
                     if isinstance(m.payload, ToolCallPayload) and stop_reason_of(m) == "completed"
                 ]
                 body = "".join(
@@ -175,8 +176,9 @@ class CompactionRunner:
                     cp = call.payload
                     assert isinstance(cp, ToolCallPayload)
                     s.record(
-                        b.tool_call_output(cp.tool_call_id, mk.COMPACTION_REPAIR,
-                                           stop_reason="failed")
+                        b.tool_call_output(
+                            cp.tool_call_id, mk.COMPACTION_REPAIR, stop_reason="failed"
+                        )
                     )
                 if run.signal.aborted:
                     return end("aborted")
@@ -192,16 +194,17 @@ class CompactionRunner:
             if retries >= budget:  # R-COMPACT-19
                 return end("failed", error=last_detail)
             retries += 1
-            wait = attempt.retry_in_ms if attempt.retry_in_ms is not None else s._retry.delay_ms(
-                retries)
+            wait = (
+                attempt.retry_in_ms
+                if attempt.retry_in_ms is not None
+                else s._retry.delay_ms(retries)
+            )
             if await s.backoff(run, wait):
                 return end("aborted")
 
     # ------------------------------------------------------------------ manual
 
-    async def manual(
-        self, run: _Run, on_message: Callable[[OmniMessage], None] | None
-    ) -> Status:
+    async def manual(self, run: _Run, on_message: Callable[[OmniMessage], None] | None) -> Status:
         """R-COMPACT-26…28: between runs; the carry-over is the folded input."""
         s = self._s
         settings = s._compaction

@@ -341,8 +341,9 @@ class Session:
     def record(self, msg: OmniMessage) -> None:
         """Write one record, then fold it (R-PROJ-3).  Raises ``_WriteFailed``."""
         if self._write_failed:
-            raise _WriteFailed(TraceWriteError("an earlier append failed", path=self.trace_path),
-                               fatal=True)
+            raise _WriteFailed(
+                TraceWriteError("an earlier append failed", path=self.trace_path), fatal=True
+            )
         try:
             writer = self._writer
             if writer is None:
@@ -439,7 +440,9 @@ class Session:
         if self._busy:
             raise SessionBusy(session_id=self._id)
         if self._tg is None:
-            raise RuntimeError("use the session inside `async with` (the session owns a task group)")
+            raise RuntimeError(
+                "use the session inside `async with` (the session owns a task group)"
+            )
 
     async def run(
         self,
@@ -581,8 +584,12 @@ class Session:
         reconnects = 0
         policy = self._retry
         while True:
-            attempt = await self.request(run, reconnects=reconnects,
-                                         budget=policy.max_reconnects, thinking=run.thinking_level)
+            attempt = await self.request(
+                run,
+                reconnects=reconnects,
+                budget=policy.max_reconnects,
+                thinking=run.thinking_level,
+            )
             outcome = attempt.outcome
             status = outcome.status
             if status == "completed" and not run.signal.aborted:
@@ -594,12 +601,16 @@ class Session:
                 self.emit(run, b.abort(mk.abort_llm_request_error(outcome.message)))
                 return None
             if reconnects >= policy.max_reconnects:
-                self.emit(run, b.abort(exhaustion_reason(status, policy.max_reconnects,
-                                                          outcome.message)))
+                self.emit(
+                    run, b.abort(exhaustion_reason(status, policy.max_reconnects, outcome.message))
+                )
                 return None
             reconnects += 1
-            wait = attempt.retry_in_ms if attempt.retry_in_ms is not None else policy.delay_ms(
-                reconnects)
+            wait = (
+                attempt.retry_in_ms
+                if attempt.retry_in_ms is not None
+                else policy.delay_ms(reconnects)
+            )
             if await self.backoff(run, wait):
                 self.emit(run, b.abort(mk.ABORT_DURING_BACKOFF))
                 return None
@@ -700,7 +711,9 @@ class Session:
         called = False
         segments = Segments()
         try:
-            idle_s = self._retry.request_timeout_ms / 1000 if self._retry.request_timeout_ms else None
+            idle_s = (
+                self._retry.request_timeout_ms / 1000 if self._retry.request_timeout_ms else None
+            )
             async with aclosing(as_agen(self._llm.stream(request))) as stream:
                 while True:
                     if idle_s is None:
@@ -711,8 +724,10 @@ class Session:
                         if waited.cancelled_caught:
                             # The engine enforces the request timeout: a model that goes quiet
                             # for longer is a transport failure, retried like any timeout.
-                            outcome = LLMOutcome("timeout", mk.request_timeout_message(
-                                self._retry.request_timeout_ms or 0))
+                            outcome = LLMOutcome(
+                                "timeout",
+                                mk.request_timeout_message(self._retry.request_timeout_ms or 0),
+                            )
                             break
                     if item is None:
                         break
@@ -785,11 +800,13 @@ class Session:
         assert isinstance(p, ToolCallPayload)
         self.emit(run, b.approval_decision(decision, p.tool_call_id))
         if decision == "deny":
-            self.emit(run, b.tool_call_output(p.tool_call_id, mk.DENIED_BY_USER,
-                                              stop_reason="aborted"))
+            self.emit(
+                run, b.tool_call_output(p.tool_call_id, mk.DENIED_BY_USER, stop_reason="aborted")
+            )
         elif decision == "forbidden":
-            self.emit(run, b.tool_call_output(p.tool_call_id, mk.DENIED_BY_POLICY,
-                                              stop_reason="aborted"))
+            self.emit(
+                run, b.tool_call_output(p.tool_call_id, mk.DENIED_BY_POLICY, stop_reason="aborted")
+            )
         else:
             tools.start_soon(self._execute, run, call)
 
@@ -830,8 +847,13 @@ class Session:
                     out = msg.payload
                     if isinstance(out, ToolCallOutputPayload) and not answered:
                         if out.tool_call_id != cid:
-                            msg = b.tool_call_output(cid, out.output, stop_reason=stop_reason_of(msg),
-                                                     images=out.images, timestamp=msg.timestamp)
+                            msg = b.tool_call_output(
+                                cid,
+                                out.output,
+                                stop_reason=stop_reason_of(msg),
+                                images=out.images,
+                                timestamp=msg.timestamp,
+                            )
                         run.push(self._record_tool_output(msg))
                         answered = True
         except _WriteFailed:
@@ -840,12 +862,20 @@ class Session:
             if answered:
                 _warn(mk.environment_threw_warning(str(exc)))
             else:
-                self.emit(run, b.tool_call_output(cid, mk.tool_error(str(exc) or type(exc).__name__),
-                                                  stop_reason="failed"))
+                self.emit(
+                    run,
+                    b.tool_call_output(
+                        cid, mk.tool_error(str(exc) or type(exc).__name__), stop_reason="failed"
+                    ),
+                )
                 answered = True
         if not answered:
-            self.emit(run, b.tool_call_output(cid, mk.tool_error("the environment produced no output"),
-                                              stop_reason="failed"))
+            self.emit(
+                run,
+                b.tool_call_output(
+                    cid, mk.tool_error("the environment produced no output"), stop_reason="failed"
+                ),
+            )
 
     # ------------------------------------------------------------------ steering
 
@@ -876,7 +906,8 @@ class Session:
                 if isinstance(m.payload, TextPayload) and m.payload.role == "user"
             ]
             others = [
-                m for m in entry
+                m
+                for m in entry
                 if not (isinstance(m.payload, TextPayload) and m.payload.role == "user")
             ]
             self.emit(run, b.user_text(mk.steering_block(bodies)))
@@ -911,8 +942,9 @@ class Session:
         forget = signal.add_callback(internal.abort) if signal is not None else (lambda: None)
         send, recv = anyio.create_memory_object_stream[OmniMessage](0)
         recv.close()
-        run = _Run(send=send, signal=internal, approve=None, thinking_level=None,
-                   consumer_gone=True)
+        run = _Run(
+            send=send, signal=internal, approve=None, thinking_level=None, consumer_gone=True
+        )
         try:
             try:
                 return await self._compactor.manual(run, on_message)
@@ -935,7 +967,8 @@ class Session:
         if self._title_frozen:
             return
         texts = [
-            m.payload.text for m in prompt
+            m.payload.text
+            for m in prompt
             if isinstance(m.payload, TextPayload) and m.payload.role == "user"
         ]
         if texts:

@@ -236,7 +236,9 @@ class SessionSubagentRunner:
             raise ValueError("max_depth must be at least 1")
         reserved = _RESERVED_OPTIONS.intersection(session_options)
         if reserved:
-            raise TypeError(f"SessionSubagentRunner sets these itself: {', '.join(sorted(reserved))}")
+            raise TypeError(
+                f"SessionSubagentRunner sets these itself: {', '.join(sorted(reserved))}"
+            )
         self._llm_factory = llm_factory
         self._root = root if isinstance(root, DataRoot) else DataRoot(root)
         self._workspace = Path(workspace)

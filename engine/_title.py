@@ -26,7 +26,9 @@ __all__ = ["generate_title", "sanitize_title"]
 _USER_LIMIT = 2000
 _ASSISTANT_LIMIT = 1000
 _TITLE_LIMIT = 30
-_EDGE = re.compile(r"^[\s\"'`“”‘’«»()\[\]{}<>「」『』【】]+|[\s\"'`“”‘’«»()\[\]{}<>「」『』【】]+\Z")
+_EDGE = re.compile(
+    r"^[\s\"'`“”‘’«»()\[\]{}<>「」『』【】]+|[\s\"'`“”‘’«»()\[\]{}<>「」『』【】]+\Z"
+)
 _TRAILING_PUNCT = re.compile(r"[\s.,;:!?。，；：！？、…]+\Z")
 
 

@@ -119,7 +119,10 @@ def decode(line: bytes | bytearray | memoryview | str) -> OmniMessage:
     if payload is None:
         try:
             obj = _any_decoder.decode(env.payload)
-        except (msgspec.DecodeError, RecursionError) as exc:  # pragma: no cover - parsed once already
+        except (
+            msgspec.DecodeError,
+            RecursionError,
+        ) as exc:  # pragma: no cover - parsed once already
             raise TraceDecodeError(f"payload is not JSON: {exc}") from None
         if not isinstance(obj, dict):
             raise TraceDecodeError("payload is not a JSON object")

@@ -189,7 +189,9 @@ class PartialToolCallPayload(_Payload, tag="partial_tool_call", kw_only=True, fr
     stop_reason: StopReason | None = None
 
 
-class PartialToolCallOutputPayload(_Payload, tag="partial_tool_call_output", kw_only=True, frozen=True):
+class PartialToolCallOutputPayload(
+    _Payload, tag="partial_tool_call_output", kw_only=True, frozen=True
+):
     role: Role
     event_type: EventType
     output: str

@@ -96,7 +96,9 @@ class _Attempt:
             if output is not None:
                 op = output.payload
                 assert isinstance(op, ToolCallOutputPayload)
-                out.append(line_tool_output(op.tool_call_id, op.stop_reason or "completed", op.output))
+                out.append(
+                    line_tool_output(op.tool_call_id, op.stop_reason or "completed", op.output)
+                )
         return out
 
 
@@ -144,7 +146,9 @@ class _Turn:
         lines = [line for attempt in self.attempts for line in attempt.lines()]
         rendered = list(self.original_input)
         if lines:
-            rendered.append(user_text(transcript_block("turn_retried", lines), timestamp=last.end_ts))
+            rendered.append(
+                user_text(transcript_block("turn_retried", lines), timestamp=last.end_ts)
+            )
         return rendered
 
 
@@ -671,7 +675,9 @@ class ModelContext:
     def _placeholder(self, cid: str) -> OmniMessage:
         abort_ts = self._abort_explained.get(cid)
         if abort_ts is not None:
-            return tool_call_output(cid, PLACEHOLDER_ABORTED, stop_reason="aborted", timestamp=abort_ts)
+            return tool_call_output(
+                cid, PLACEHOLDER_ABORTED, stop_reason="aborted", timestamp=abort_ts
+            )
         call = self._unanswered[cid]
         return tool_call_output(
             cid, PLACEHOLDER_CRASH, stop_reason="aborted", timestamp=call.timestamp

@@ -1,4 +1,4 @@
-"""Resume, replay, golden files, validation and the ``penguin`` CLI — the outermost layer."""
+"""Resume, replay, golden files and validation: the library under the ``penguin`` application."""
 
 from __future__ import annotations
 

@@ -128,9 +128,7 @@ def _check_position(at: object) -> tuple[int, int]:
         raise ValueError(f"invalid fork point {at!r}: expected (file_index, ordinal), two ints")
     index, ordinal = (int(v) for v in at)
     if index < 1 or ordinal < 0:
-        raise ValueError(
-            f"invalid fork point {at!r}: file_index starts at 1 and ordinal at 0"
-        )
+        raise ValueError(f"invalid fork point {at!r}: file_index starts at 1 and ordinal at 0")
     return index, ordinal
 
 
@@ -370,7 +368,7 @@ class _Rewriter:
             target = m.group(2)
             for old, new in self.paths:
                 if target == old or target.startswith(old + "/"):
-                    lines[i] = f"[attached {m.group(1)}: {new}{target[len(old):]}]"
+                    lines[i] = f"[attached {m.group(1)}: {new}{target[len(old) :]}]"
                     changed = True
                     break
         return "\n".join(lines) if changed else text
@@ -513,4 +511,3 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-

@@ -576,9 +576,7 @@ class ReplayEnvironment:
     ) -> None:
         self._setup(_TraceIndex(load_located(trace)), None, stall_timeout)
 
-    def _setup(
-        self, index: _TraceIndex, llm: ReplayLLM | None, stall_timeout: float
-    ) -> None:
+    def _setup(self, index: _TraceIndex, llm: ReplayLLM | None, stall_timeout: float) -> None:
         self._index = index
         self._pacer = _Pacer(index, paced_llm=llm is not None, stall_timeout=stall_timeout)
         if llm is not None:

@@ -194,9 +194,7 @@ def _closures(ctx: ModelContext) -> list[OmniMessage]:
             out.append(b.request_end("completed", attempt=attempt if attempt > 1 else None))
         else:
             out.append(
-                b.request_end(
-                    "aborted", error_message=mk.REQUEST_CLOSURE_ERROR, attempt=attempt
-                )
+                b.request_end("aborted", error_message=mk.REQUEST_CLOSURE_ERROR, attempt=attempt)
             )
     dangling = ctx.dangling_compaction
     if dangling is not None:

@@ -103,7 +103,9 @@ __all__ = [
 ]
 
 _MAX_TURNS_NOTICE: Final = re.compile(r"^\[reached max turns \((\d+)\); stopping\]\Z")
-_EXHAUSTED: Final = re.compile(r"^(?:reconnect|malformed response|llm request) failed after (\d+) retries")
+_EXHAUSTED: Final = re.compile(
+    r"^(?:reconnect|malformed response|llm request) failed after (\d+) retries"
+)
 _META_DROPPED: Final = ("session_id", "agent_state", "workspace")
 _DEFAULT_MAX_TURNS: Final = 100
 
@@ -194,14 +196,10 @@ def _dump(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
-def normalize(
-    records: Sequence[OmniMessage], *, like: Sequence[OmniMessage] = ()
-) -> list[str]:
+def normalize(records: Sequence[OmniMessage], *, like: Sequence[OmniMessage] = ()) -> list[str]:
     """The normalized JSON lines of ``records`` (see the module docstring).  ``like`` adds the
     session ids and paths of another session to replace (the other side of a comparison)."""
-    metas = [
-        r.payload for r in (*records, *like) if isinstance(r.payload, SessionMetaPayload)
-    ]
+    metas = [r.payload for r in (*records, *like) if isinstance(r.payload, SessionMetaPayload)]
     pairs = _placeholders(metas)
     return [_dump(_normal_object(r, pairs)) for r in records]
 
@@ -245,9 +243,7 @@ def _compare(
     expected: list[Located], stop: int, actual: list[OmniMessage]
 ) -> tuple[list[str], list[str], Divergence | None]:
     recorded = [loc.record for loc in expected]
-    metas = [
-        r.payload for r in (*recorded, *actual) if isinstance(r.payload, SessionMetaPayload)
-    ]
+    metas = [r.payload for r in (*recorded, *actual) if isinstance(r.payload, SessionMetaPayload)]
     pairs = _placeholders(metas)
     exp_obj = [_normal_object(r, pairs) for r in recorded[:stop]]
     act_obj = [_normal_object(r, pairs) for r in actual]
@@ -256,16 +252,16 @@ def _compare(
     for n, (e, a) in enumerate(zip(exp_obj, act_obj, strict=False)):
         if e != a:
             loc = expected[n]
-            return exp_lines, act_lines, Divergence(
-                loc.path, loc.line, n, exp_lines[n], act_lines[n], _reason(e, a)
+            return (
+                exp_lines,
+                act_lines,
+                Divergence(loc.path, loc.line, n, exp_lines[n], act_lines[n], _reason(e, a)),
             )
     n = min(len(exp_obj), len(act_obj))
     if len(exp_obj) > n:
         loc = expected[n]
         reason = "the replay ended before this record"
-        return exp_lines, act_lines, Divergence(
-            loc.path, loc.line, n, exp_lines[n], None, reason
-        )
+        return exp_lines, act_lines, Divergence(loc.path, loc.line, n, exp_lines[n], None, reason)
     if len(act_obj) > n:
         if n < len(expected):
             path, line = expected[n].path, expected[n].line
@@ -322,7 +318,9 @@ def _plan(located: list[Located]) -> list[_Step]:
         record = loc.record
         p = record.payload
         starting = (
-            not in_request and not in_compaction and record.type == "model_msg"
+            not in_request
+            and not in_compaction
+            and record.type == "model_msg"
             and mk.is_task_starting(record)
         )
         if starting:
@@ -361,11 +359,7 @@ def _plan(located: list[Located]) -> list[_Step]:
             spoil("steering")
         elif isinstance(p, ToolListReadyPayload):
             prev = located[n - 1] if n else None
-            at_head = (
-                prev is not None
-                and prev.record.type == "session_meta"
-                and prev.position > 0
-            )
+            at_head = prev is not None and prev.record.type == "session_meta" and prev.position > 0
             if seen_toolset and not at_head and cur is not None:
                 cur.resume_before = True
             seen_toolset = True
@@ -432,9 +426,14 @@ def _infer(
             # R-COMPACT-19: a failure after an unusable or transport-failed attempt spent the
             # budget (an auth or permanent failure does not tell it).
             last = last_in_span
-            if p.status == "failed" and p.attempt and last is not None and (
-                last.status in ("completed", "timeout", "malformed")
-                or (last.status == "failed" and p.attempt > 1)
+            if (
+                p.status == "failed"
+                and p.attempt
+                and last is not None
+                and (
+                    last.status in ("completed", "timeout", "malformed")
+                    or (last.status == "failed" and p.attempt > 1)
+                )
             ):
                 compaction_exhausted = p.attempt - 1
             last_in_span = None
@@ -460,8 +459,9 @@ def _infer(
         base = max(1, value >> (attempt - 1))
     if retry is None:
         default = RetryPolicy()
-        turn_budget = exhausted if exhausted is not None else max(default.max_reconnects,
-                                                                  max_attempt)
+        turn_budget = (
+            exhausted if exhausted is not None else max(default.max_reconnects, max_attempt)
+        )
         compaction_budget = (
             compaction_exhausted
             if compaction_exhausted is not None
@@ -514,8 +514,11 @@ async def areplay_trace(
     file, a session's files, the directory holding them, or a list of records."""
     located = load_located(trace)
     meta = next(
-        (loc.record.payload for loc in located
-         if isinstance(loc.record.payload, SessionMetaPayload)),
+        (
+            loc.record.payload
+            for loc in located
+            if isinstance(loc.record.payload, SessionMetaPayload)
+        ),
         None,
     )
     if meta is None:

@@ -15,6 +15,19 @@ import pytest
 API_MD = Path(__file__).resolve().parents[1].parent / "shared" / "API.md"
 PACKAGES = ["eventstore", "eventstore.builders", "projections", "engine", "engine.llm", "replay"]
 
+# Names API.md "Additions" documents whose issue has not landed yet, each with that issue.
+# Remove a name when its issue lands: the test then pins it like every other name.
+PENDING = {
+    "engine.GoalOptions": "goal mode (issue 16)",
+    "projections.GoalState": "goal mode (issue 16)",
+    "replay.request_at": "trace tools (issue 17)",
+    "replay.context_at": "trace tools (issue 17)",
+    "replay.diff_traces": "trace tools (issue 17)",
+    "replay.repair_trace": "trace tools (issue 17)",
+    "replay.export_trace": "trace tools (issue 17)",
+    "replay.import_trace": "trace tools (issue 17)",
+}
+
 # Names API.md shows that live in a sibling module rather than the package root.
 ELSEWHERE = {"OpenAICompatible", "Anthropic", "ScriptedLLM", "ScriptedEnvironment"}
 
@@ -51,9 +64,20 @@ def test_api_md_names_are_exported() -> None:
         for n in sorted(names):
             if n in ELSEWHERE and not hasattr(module, n):
                 continue
-            if n not in exported:
+            if n not in exported and f"{module_name}.{n}" not in PENDING:
                 missing.append(f"{module_name}.{n}")
     assert missing == []
+
+
+def test_pending_names_are_not_yet_exported() -> None:
+    """A name that has landed must leave PENDING, so the list cannot go stale."""
+    landed = [
+        name
+        for name in PENDING
+        if name.rpartition(".")[2]
+        in getattr(importlib.import_module(name.rpartition(".")[0]), "__all__", ())
+    ]
+    assert landed == []
 
 
 def test_engine_llm_and_replay_doubles() -> None:

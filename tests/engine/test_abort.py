@@ -55,8 +55,12 @@ async def next_request_resumed(
 ) -> LLMRequest:
     llm = ScriptedLLM(script)
     resumed = await resume_session(
-        DataRoot(home), session_id, llm=llm, environment=ScriptedEnvironment.from_llm(llm),
-        compaction=None, retry=RetryPolicy(base_ms=1, cap_ms=4),
+        DataRoot(home),
+        session_id,
+        llm=llm,
+        environment=ScriptedEnvironment.from_llm(llm),
+        compaction=None,
+        retry=RetryPolicy(base_ms=1, cap_ms=4),
     )
     async with resumed:
         llm.bind(resumed)
@@ -172,8 +176,12 @@ async def test_abort_mid_stream_is_case_b(env: Env, tmp_path: Path) -> None:
 async def test_abort_while_tools_run_is_case_a(env: Env, tmp_path: Path) -> None:
     """R-CARRY-3: the turn committed; the aborted tool's output (or a placeholder) answers it."""
     gated = GatedEnvironment()
-    script = [[{"tool_call": {"name": "t", "arguments": {}, "id": "a"}},
-               {"tool_call": {"name": "t", "arguments": {}, "id": "b"}}]]
+    script = [
+        [
+            {"tool_call": {"name": "t", "arguments": {}, "id": "a"}},
+            {"tool_call": {"name": "t", "arguments": {}, "id": "b"}},
+        ]
+    ]
 
     async def trigger(msg: OmniMessage, signal: AbortSignal, environment: Any) -> None:
         p = msg.payload
@@ -183,8 +191,7 @@ async def test_abort_while_tools_run_is_case_a(env: Env, tmp_path: Path) -> None
         if isinstance(p, ToolCallOutputPayload) and p.tool_call_id == "b" and not msg.is_partial:
             signal.abort()
 
-    stream, carry, _ = await run_scenario(env, tmp_path, script, trigger=trigger,
-                                          environment=gated)
+    stream, carry, _ = await run_scenario(env, tmp_path, script, trigger=trigger, environment=gated)
     last_is_abort(stream)
     assert [(m.payload.tool_call_id, m.payload.output, m.payload.stop_reason) for m in carry] == [  # type: ignore[union-attr]
         ("a", "[interrupted: tool aborted by user]", "aborted"),
@@ -202,8 +209,9 @@ async def test_abort_during_approval_skips_dispatch(env: Env, tmp_path: Path) ->
         signal.abort()
         return "allow"
 
-    stream, carry, _ = await run_scenario(env, tmp_path, script, trigger=never, approve=approve,
-                                          signal=signal)
+    stream, carry, _ = await run_scenario(
+        env, tmp_path, script, trigger=never, approve=approve, signal=signal
+    )
     last_is_abort(stream)
     assert "approval_decision" not in kinds(stream)
     assert [(m.payload.output, m.timestamp) for m in carry] == [  # type: ignore[union-attr]
@@ -220,8 +228,9 @@ async def test_abort_during_backoff(env: Env, tmp_path: Path) -> None:
             signal.abort()
         return False
 
-    stream, carry, _ = await run_scenario(env, tmp_path, script, trigger=trigger,
-                                          retry=RetryPolicy(base_ms=60_000))
+    stream, carry, _ = await run_scenario(
+        env, tmp_path, script, trigger=trigger, retry=RetryPolicy(base_ms=60_000)
+    )
     last_is_abort(stream, "aborted during reconnect backoff")
     assert [m.payload.text for m in carry] == [  # type: ignore[union-attr]
         "go",
@@ -234,8 +243,10 @@ async def test_consumer_break_records_abort(env: Env, closing: bool) -> None:
     """R-CARRY-2: leaving the `async for` early behaves like signal.abort() — at once under
     `aclosing`, and when the abandoned generator is finalized otherwise."""
     gated = GatedEnvironment()
-    full = {"responses": [[{"tool_call": {"name": "t", "arguments": {}, "id": "a"}}], FINAL],
-            "tools": TOOLS}
+    full = {
+        "responses": [[{"tool_call": {"name": "t", "arguments": {}, "id": "a"}}], FINAL],
+        "tools": TOOLS,
+    }
     session, _ = await make_session(env, full, environment=gated)
     async with session:
         stream: list[OmniMessage] = []
@@ -263,8 +274,10 @@ async def test_consumer_break_records_abort(env: Env, closing: bool) -> None:
 async def test_outside_cancellation_is_recorded_then_reraised(env: Env) -> None:
     """R-CARRY-2: a cancelled consumer records the abort; the cancellation propagates."""
     gated = GatedEnvironment()
-    full = {"responses": [[{"tool_call": {"name": "t", "arguments": {}, "id": "a"}}], FINAL],
-            "tools": TOOLS}
+    full = {
+        "responses": [[{"tool_call": {"name": "t", "arguments": {}, "id": "a"}}], FINAL],
+        "tools": TOOLS,
+    }
     session, _ = await make_session(env, full, environment=gated)
     async with session:
         with anyio.CancelScope() as scope:
@@ -282,7 +295,12 @@ async def test_auth_ends_run_case_b(env: Env, tmp_path: Path) -> None:
     stream, carry, _ = await run_scenario(env, tmp_path, script, trigger=never)
     last_is_abort(stream, "llm request error: bad key")
     end = next(m.payload for m in stream if isinstance(m.payload, RequestEndPayload))
-    assert (end.status, end.attempt, end.retry_in_ms, end.error_message) == ("auth", 1, None, "bad key")
+    assert (end.status, end.attempt, end.retry_in_ms, end.error_message) == (
+        "auth",
+        1,
+        None,
+        "bad key",
+    )
     assert [m.payload.text for m in carry] == [  # type: ignore[union-attr]
         "[turn_aborted]\n  [user_input]go[/user_input]\n  [text]hm[/text]\n[/turn_aborted]"
     ]
@@ -318,7 +336,9 @@ async def test_retry_input_carries_all_failed_attempts(env: Env) -> None:
     assert third.new_messages == 2
     ends = [m.payload for m in stream if isinstance(m.payload, RequestEndPayload)]
     assert [(e.status, e.attempt, e.retry_in_ms) for e in ends] == [
-        ("malformed", 1, 1), ("malformed", 2, 2), ("completed", 3, None)
+        ("malformed", 1, 1),
+        ("malformed", 2, 2),
+        ("completed", 3, None),
     ]
 
 
@@ -326,7 +346,15 @@ def test_default_ladder_arithmetic() -> None:
     """R-RETRY-3/8: 250 ms doubling, capped at 30 s."""
     policy = RetryPolicy()
     assert [policy.delay_ms(n) for n in range(1, 10)] == [
-        250, 500, 1000, 2000, 4000, 8000, 16000, 30000, 30000
+        250,
+        500,
+        1000,
+        2000,
+        4000,
+        8000,
+        16000,
+        30000,
+        30000,
     ]
     assert RetryPolicy(base_ms=40000).delay_ms(1) == 30000
 
@@ -392,8 +420,10 @@ async def test_abort_from_another_thread(env: Env) -> None:
 async def test_auth_after_retries_merges_one_block(env: Env, tmp_path: Path) -> None:
     """R-CARRY-6: an abort after failed retries gives ONE [turn_aborted] block holding the
     former [turn_retried] lines and no [turn_retried] tag."""
-    script = [[{"text": "first"}, {"fail": {"status": "timeout", "message": "t"}}],
-              [{"text": "second"}, {"fail": {"status": "auth", "message": "expired"}}]]
+    script = [
+        [{"text": "first"}, {"fail": {"status": "timeout", "message": "t"}}],
+        [{"text": "second"}, {"fail": {"status": "auth", "message": "expired"}}],
+    ]
     stream, carry, _ = await run_scenario(env, tmp_path, script, trigger=never)
     last_is_abort(stream, "llm request error: expired")
     assert [m.payload.text for m in carry] == [  # type: ignore[union-attr]
@@ -405,8 +435,11 @@ async def test_auth_after_retries_merges_one_block(env: Env, tmp_path: Path) -> 
 async def test_retry_after_lengthens_the_wait(env: Env) -> None:
     """A provider's Retry-After (LLMOutcome.retry_after_s) lengthens the ladder step, capped
     at cap_ms; the stamped retry_in_ms is the wait actually taken (R-RETRY-8)."""
-    script = [[{"fail": {"status": "timeout", "retry_after_s": 0.02}}],
-              [{"fail": {"status": "timeout", "retry_after_s": 99}}], [{"text": "ok"}]]
+    script = [
+        [{"fail": {"status": "timeout", "retry_after_s": 0.02}}],
+        [{"fail": {"status": "timeout", "retry_after_s": 99}}],
+        [{"text": "ok"}],
+    ]
     session, _ = await make_session(env, script, retry=RetryPolicy(base_ms=1, cap_ms=30))
     async with session:
         stream = await collect(session.run([b.user_text("go")]))

@@ -31,8 +31,16 @@ def _script(rng: random.Random) -> dict[str, object]:
                 result["chunks"] = [f"r{turn}", f"_{n}"]
             if rng.random() < 0.1:
                 result = {"output": "boom", "status": "failed"}
-            items.append({"tool_call": {"name": "t", "arguments": {"n": n}, "id": f"c{turn}_{n}",
-                                        "result": result}})
+            items.append(
+                {
+                    "tool_call": {
+                        "name": "t",
+                        "arguments": {"n": n},
+                        "id": f"c{turn}_{n}",
+                        "result": result,
+                    }
+                }
+            )
         if turn == 1 and rng.random() < 0.5:
             responses.append([{"text": "flaky"}, {"fail": {"status": "timeout", "message": "t"}}])
         responses.append(items)

@@ -46,11 +46,14 @@ def ends(records: list[OmniMessage]) -> list[CompactionEndPayload]:
 async def test_context_trigger_summarize_at_boundary(env: Env) -> None:
     """R-COMPACT-3/6/7/12/13, R-TRACE-8, INV-15/20: summary held; next run starts the next file
     with its head and the summary first; the compaction request keeps the prefix."""
-    script = {"responses": [
-        [{"text": "answer"}, BIG],
-        [{"text": "[summary]the gist[/summary]"}],
-        [{"text": "second"}],
-    ], "tools": TOOLS}
+    script = {
+        "responses": [
+            [{"text": "answer"}, BIG],
+            [{"text": "[summary]the gist[/summary]"}],
+            [{"text": "second"}],
+        ],
+        "tools": TOOLS,
+    }
     session, llm = await make_session(env, script, compaction=LOW)
     async with session:
         stream = await collect(session.run([b.user_text("go")]))
@@ -69,13 +72,15 @@ async def test_context_trigger_summarize_at_boundary(env: Env) -> None:
     # INV-15: same system prompt and tools, messages start with the history unchanged.
     assert compaction_req.system_prompt == llm.requests[0].system_prompt
     assert msgspec.json.encode(compaction_req.tools) == msgspec.json.encode(llm.requests[0].tools)
-    assert compaction_req.messages[:2] == llm.requests[0].messages + [
-        m for m in trace_records(session) if texts([m]) == ["answer"]
-    ][:1]
+    assert (
+        compaction_req.messages[:2]
+        == llm.requests[0].messages
+        + [m for m in trace_records(session) if texts([m]) == ["answer"]][:1]
+    )
     assert texts(compaction_req.messages)[-1] == DEFAULT_COMPACTION_PROMPT
     assert compaction_req.thinking_level is None
     assert texts(third.messages) == ["[context_summary]\nthe gist\n[/context_summary]", "more"]
-    file2 = [r for r in records if r.timestamp][kinds(records).index("session_meta", 1):]
+    file2 = [r for r in records if r.timestamp][kinds(records).index("session_meta", 1) :]
     assert kinds(file2)[:4] == ["session_meta", "tool_list_ready", "text", "text"]
 
 
@@ -94,8 +99,9 @@ async def test_turns_trigger_and_equality(env: Env) -> None:
 async def test_discard_at_boundary(env: Env) -> None:
     """R-COMPACT-5: no request; the next run's input is used unchanged."""
     script = [[{"text": "a"}, BIG], [{"text": "b"}]]
-    session, llm = await make_session(env, script, compaction=CompactionSettings(
-        max_context_length=500, mode="discard"))
+    session, llm = await make_session(
+        env, script, compaction=CompactionSettings(max_context_length=500, mode="discard")
+    )
     async with session:
         stream = await collect(session.run([b.user_text("go")]))
         check_trace(session, stream)
@@ -110,11 +116,17 @@ async def test_discard_at_boundary(env: Env) -> None:
 
 async def test_mid_task_summarize_continues(env: Env) -> None:
     """R-COMPACT-13: mid-task, the summary is written at once and the task goes on."""
-    script = {"responses": [
-        [{"tool_call": {"name": "t", "arguments": {}, "id": "a", "result": {"output": "A"}}}, BIG],
-        [{"text": "[summary]did a[/summary]"}],
-        [{"text": "finished"}],
-    ], "tools": TOOLS}
+    script = {
+        "responses": [
+            [
+                {"tool_call": {"name": "t", "arguments": {}, "id": "a", "result": {"output": "A"}}},
+                BIG,
+            ],
+            [{"text": "[summary]did a[/summary]"}],
+            [{"text": "finished"}],
+        ],
+        "tools": TOOLS,
+    }
     session, llm = await make_session(env, script, compaction=LOW)
     async with session:
         stream = await collect(session.run([b.user_text("go")], approve=allow_all))
@@ -128,10 +140,16 @@ async def test_mid_task_summarize_continues(env: Env) -> None:
 async def test_failed_compaction_keeps_context(env: Env) -> None:
     """R-COMPACT-19/22: budget exhausted -> failed; context and file kept; re-triggers."""
     fail = [{"fail": {"status": "timeout", "message": "slow"}}]
-    script = [[{"text": "a"}, BIG], fail, fail, [{"text": "b"}, BIG],
-              [{"text": "[summary]ok now[/summary]"}]]
-    session, llm = await make_session(env, script, compaction=LOW,
-                                      retry=RetryPolicy(max_reconnects=1, base_ms=1))
+    script = [
+        [{"text": "a"}, BIG],
+        fail,
+        fail,
+        [{"text": "b"}, BIG],
+        [{"text": "[summary]ok now[/summary]"}],
+    ]
+    session, llm = await make_session(
+        env, script, compaction=LOW, retry=RetryPolicy(max_reconnects=1, base_ms=1)
+    )
     async with session:
         stream = await collect(session.run([b.user_text("go")]))
         check_trace(session, stream)
@@ -147,14 +165,19 @@ async def test_failed_compaction_keeps_context(env: Env) -> None:
     assert DEFAULT_COMPACTION_PROMPT not in texts(llm.requests[3].messages)
 
 
-@pytest.mark.parametrize("bad", [
-    [{"tool_call": {"name": "t", "arguments": {}, "id": "x"}}],
-    [{"text": "[summary]\n[/summary]"}],
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [{"tool_call": {"name": "t", "arguments": {}, "id": "x"}}],
+        [{"text": "[summary]\n[/summary]"}],
+    ],
+)
 async def test_unusable_attempt_repaired_then_retried(env: Env, bad: list[Any]) -> None:
     """R-COMPACT-11/14/15/20: tool calls get repairs; a corrective note; prompt re-sent."""
-    script = {"responses": [[{"text": "a"}, BIG], bad, [{"text": "[summary]fine[/summary]"}]],
-              "tools": TOOLS}
+    script = {
+        "responses": [[{"text": "a"}, BIG], bad, [{"text": "[summary]fine[/summary]"}]],
+        "tools": TOOLS,
+    }
     session, llm = await make_session(env, script, compaction=LOW)
     async with session:
         stream = await collect(session.run([b.user_text("go")]))
@@ -190,19 +213,27 @@ async def test_manual_compaction_and_compactability(env: Env) -> None:
         await collect(session.run([b.user_text("after")]))
         check_trace(session)
     assert kinds(seen)[0] == "compaction_begin" and kinds(seen)[-1] == "compaction_end"
-    assert texts(llm.requests[2].messages) == ["[context_summary]\nmanual\n[/context_summary]",
-                                               "after"]
+    assert texts(llm.requests[2].messages) == [
+        "[context_summary]\nmanual\n[/context_summary]",
+        "after",
+    ]
     session2, _ = await make_session(env, [], compaction=None)
     assert session2.compactability() == "unsupported"
 
 
 async def test_abort_during_mid_task_compaction(env: Env) -> None:
     """R-COMPACT-18/23: mid-task abort ends the run with `aborted during compaction`."""
-    script = {"responses": [
-        [{"tool_call": {"name": "t", "arguments": {}, "id": "a", "result": {"output": "A"}}}, BIG],
-        [{"sleep_ms": 600000}, {"text": "[summary]never[/summary]"}],
-        [{"text": "next"}],
-    ], "tools": TOOLS}
+    script = {
+        "responses": [
+            [
+                {"tool_call": {"name": "t", "arguments": {}, "id": "a", "result": {"output": "A"}}},
+                BIG,
+            ],
+            [{"sleep_ms": 600000}, {"text": "[summary]never[/summary]"}],
+            [{"text": "next"}],
+        ],
+        "tools": TOOLS,
+    }
     session, _ = await make_session(env, script, compaction=LOW)
     signal = AbortSignal()
 
@@ -211,8 +242,9 @@ async def test_abort_during_mid_task_compaction(env: Env) -> None:
             signal.abort()
 
     async with session:
-        stream = await collect(session.run([b.user_text("go")], approve=allow_all, signal=signal),
-                               on=on)
+        stream = await collect(
+            session.run([b.user_text("go")], approve=allow_all, signal=signal), on=on
+        )
         records = check_trace(session, stream)
         assert stream[-1].payload == AbortPayload(reason="aborted during compaction")
         assert [e.status for e in ends(records)] == ["aborted"]
@@ -226,8 +258,11 @@ async def test_resume_after_compaction_events(env: Env, tmp_path: Path, point: s
     if point == "after_compaction":
         script = [[{"text": "a"}, BIG], [{"text": "[summary]kept[/summary]"}], [{"text": "z"}]]
     else:
-        script = [[{"text": "a"}, {"fail": {"status": "timeout", "message": "x"}}],
-                  [{"text": "a2"}], [{"text": "z"}]]
+        script = [
+            [{"text": "a"}, {"fail": {"status": "timeout", "message": "x"}}],
+            [{"text": "a2"}],
+            [{"text": "z"}],
+        ]
     session, llm = await make_session(env, script, compaction=LOW)
     prompt = b.user_text("next")
     async with session:
@@ -238,8 +273,9 @@ async def test_resume_after_compaction_events(env: Env, tmp_path: Path, point: s
         await collect(session.run([prompt]))
         live = llm.requests[-1]
     rest = ScriptedLLM(script[len(llm.requests) - 1 :])
-    resumed = await resume_session(DataRoot(copy), session.id, llm=rest,
-                                   environment=ScriptedEnvironment([]), compaction=LOW)
+    resumed = await resume_session(
+        DataRoot(copy), session.id, llm=rest, environment=ScriptedEnvironment([]), compaction=LOW
+    )
     assert resumed.compactability() == before
     async with resumed:
         await collect(resumed.run([prompt]))
@@ -250,8 +286,9 @@ async def test_resume_after_compaction_events(env: Env, tmp_path: Path, point: s
 async def test_manual_discard_drops_carry_over(env: Env) -> None:
     """R-COMPACT-27: manual discard drops the whole carry-over; the next run starts empty."""
     script = [[{"text": "a"}, {"fail": {"status": "auth"}}], [{"text": "b"}]]
-    session, llm = await make_session(env, [[{"text": "x"}], *script],
-                                      compaction=CompactionSettings(mode="discard"))
+    session, llm = await make_session(
+        env, [[{"text": "x"}], *script], compaction=CompactionSettings(mode="discard")
+    )
     async with session:
         await collect(session.run([b.user_text("one")]))
         await collect(session.run([b.user_text("two")]))
@@ -261,4 +298,6 @@ async def test_manual_discard_drops_carry_over(env: Env) -> None:
         await collect(session.run([b.user_text("three")]))
         records = check_trace(session)
     assert texts(llm.requests[-1].messages) == ["three"]
-    assert [(e.reason, e.mode, e.status) for e in ends(records)] == [("manual", "discard", "completed")]
+    assert [(e.reason, e.mode, e.status) for e in ends(records)] == [
+        ("manual", "discard", "completed")
+    ]

@@ -40,11 +40,23 @@ async def test_plain_text_stream_and_trace(env: Env) -> None:
         stream = await collect(session.run([b.user_text("What is 2 + 2?")]))
         records = check_trace(session, stream)
     assert kinds(stream) == [
-        "tool_list_ready", "request_begin", "partial_text", "partial_text", "partial_text",
-        "partial_text", "text", "token_usage", "request_end",
+        "tool_list_ready",
+        "request_begin",
+        "partial_text",
+        "partial_text",
+        "partial_text",
+        "partial_text",
+        "text",
+        "token_usage",
+        "request_end",
     ]
     assert kinds(records) == [
-        "session_meta", "text", "tool_list_ready", "request_begin", "text", "token_usage",
+        "session_meta",
+        "text",
+        "tool_list_ready",
+        "request_begin",
+        "text",
+        "token_usage",
         "request_end",
     ]
     assert not any(getattr(m.payload, "text", None) == "What is 2 + 2?" for m in stream)
@@ -57,8 +69,10 @@ async def test_tools_complete_out_of_order_next_input_in_call_order(env: Env) ->
     """R-RUN-14/15, INV-6, INV-13: outputs stream in completion order, go back in call order."""
     gated = GatedEnvironment()
     script = [
-        [{"tool_call": {"name": "t", "arguments": {"n": 1}, "id": "a"}},
-         {"tool_call": {"name": "t", "arguments": {"n": 2}, "id": "b"}}],
+        [
+            {"tool_call": {"name": "t", "arguments": {"n": 1}, "id": "a"}},
+            {"tool_call": {"name": "t", "arguments": {"n": 2}, "id": "b"}},
+        ],
         [{"text": "done"}],
     ]
     session, llm = await make_session(env, script, environment=gated)
@@ -76,14 +90,20 @@ async def test_tools_complete_out_of_order_next_input_in_call_order(env: Env) ->
     async with session:
         stream = await collect(session.run([b.user_text("go")], approve=allow_all), on=on)
         check_trace(session, stream)
-    outputs = [m.payload.tool_call_id for m in complete(stream) if isinstance(m.payload, ToolCallOutputPayload)]
+    outputs = [
+        m.payload.tool_call_id
+        for m in complete(stream)
+        if isinstance(m.payload, ToolCallOutputPayload)
+    ]
     assert outputs == ["b", "a"]
     second = llm.requests[1]
     assert [m.payload.tool_call_id for m in second.messages[-2:]] == ["a", "b"]  # type: ignore[union-attr]
     assert second.new_messages == 2
     # INV-6: the second request_begin comes after both outputs.
     ks = kinds(complete(stream))
-    assert ks.index("request_begin", ks.index("request_begin") + 1) > max(i for i, k in enumerate(ks) if k == "tool_call_output")
+    assert ks.index("request_begin", ks.index("request_begin") + 1) > max(
+        i for i, k in enumerate(ks) if k == "tool_call_output"
+    )
     assert_requests_paired(llm.requests)
 
 
@@ -114,13 +134,22 @@ async def test_request_end_does_not_wait_for_tools(env: Env) -> None:
         (lambda call: "maybe", "deny", "Tool call denied by user.", "aborted"),
     ],
 )
-async def test_approval_decisions(env: Env, approve: Any, decision: str, text: str, status: str,
-                                  capsys: pytest.CaptureFixture[str]) -> None:
+async def test_approval_decisions(
+    env: Env,
+    approve: Any,
+    decision: str,
+    text: str,
+    status: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """R-APPROVE-2/3, R-RUN-2, INV-22: denials answer at once; a raising approve denies."""
-    script = {"responses": [
-        [{"tool_call": {"name": "t", "arguments": {}, "id": "c", "result": {"output": "ran"}}}],
-        [{"text": "ok"}],
-    ], "tools": [{"name": "t", "description": "d"}]}
+    script = {
+        "responses": [
+            [{"tool_call": {"name": "t", "arguments": {}, "id": "c", "result": {"output": "ran"}}}],
+            [{"text": "ok"}],
+        ],
+        "tools": [{"name": "t", "description": "d"}],
+    }
     session, llm = await make_session(env, script)
     async with session:
         stream = await collect(session.run([b.user_text("go")], approve=approve))
@@ -145,11 +174,16 @@ async def test_approvals_are_sequential(env: Env) -> None:
     """R-APPROVE-1: the engine reads no LLM item while an approval is pending."""
     order: list[str] = []
     gate = anyio.Event()
-    script = {"responses": [
-        [{"tool_call": {"name": "t", "arguments": {}, "id": "a"}},
-         {"tool_call": {"name": "t", "arguments": {}, "id": "b"}}],
-        [{"text": "ok"}],
-    ], "tools": [{"name": "t", "description": "d"}]}
+    script = {
+        "responses": [
+            [
+                {"tool_call": {"name": "t", "arguments": {}, "id": "a"}},
+                {"tool_call": {"name": "t", "arguments": {}, "id": "b"}},
+            ],
+            [{"text": "ok"}],
+        ],
+        "tools": [{"name": "t", "description": "d"}],
+    }
     session, _ = await make_session(env, script)
 
     async def approve(call: OmniMessage) -> str:
@@ -165,8 +199,10 @@ async def test_approvals_are_sequential(env: Env) -> None:
 
     async with session:
         async with anyio.create_task_group() as tg:
+
             async def consume() -> None:
                 await collect(session.run([b.user_text("go")], approve=approve))
+
             tg.start_soon(consume)
             await anyio.wait_all_tasks_blocked()
             assert order == ["ask a"]
@@ -177,11 +213,32 @@ async def test_approvals_are_sequential(env: Env) -> None:
 
 async def test_max_turns_notice_and_carry_over(env: Env) -> None:
     """R-MAXT-1/2: the notice is a failed assistant segment; the pending input carries over."""
-    script = {"responses": [
-        [{"tool_call": {"name": "t", "arguments": {}, "id": "c1", "result": {"output": "one"}}}],
-        [{"tool_call": {"name": "t", "arguments": {}, "id": "c2", "result": {"output": "two"}}}],
-        [{"text": "next run"}],
-    ], "tools": [{"name": "t", "description": "d"}]}
+    script = {
+        "responses": [
+            [
+                {
+                    "tool_call": {
+                        "name": "t",
+                        "arguments": {},
+                        "id": "c1",
+                        "result": {"output": "one"},
+                    }
+                }
+            ],
+            [
+                {
+                    "tool_call": {
+                        "name": "t",
+                        "arguments": {},
+                        "id": "c2",
+                        "result": {"output": "two"},
+                    }
+                }
+            ],
+            [{"text": "next run"}],
+        ],
+        "tools": [{"name": "t", "description": "d"}],
+    }
     session, llm = await make_session(env, script, max_turns=2)
     async with session:
         stream = await collect(session.run([b.user_text("go")], approve=allow_all))
@@ -263,8 +320,13 @@ async def test_llm_raising_is_failed_and_retried(env: Env) -> None:
     from engine.llm import ScriptedEnvironment
 
     llm = Flaky()
-    session = await Session.create(llm=llm, environment=ScriptedEnvironment([]), root=env.root,
-                                   workspace=env.workspace, compaction=None)
+    session = await Session.create(
+        llm=llm,
+        environment=ScriptedEnvironment([]),
+        root=env.root,
+        workspace=env.workspace,
+        compaction=None,
+    )
     async with session:
         stream = await collect(session.run([b.user_text("go")]))
         check_trace(session, stream)
@@ -272,7 +334,11 @@ async def test_llm_raising_is_failed_and_retried(env: Env) -> None:
     assert ends[0].status == "failed" and ends[0].error_message == "socket closed"  # type: ignore[union-attr]
     assert ends[0].attempt == 1 and ends[0].retry_in_ms == 250  # type: ignore[union-attr]
     # R-STREAM-4: the open segment was closed by the engine with the failure status.
-    closed = [m for m in stream if isinstance(m.payload, TextPayload) and m.payload.stop_reason == "failed"]
+    closed = [
+        m
+        for m in stream
+        if isinstance(m.payload, TextPayload) and m.payload.stop_reason == "failed"
+    ]
     assert [m.payload.text for m in closed] == ["par"]  # type: ignore[union-attr]
     assert ends[1].status == "completed" and ends[1].attempt == 2  # type: ignore[union-attr]
 
@@ -302,9 +368,15 @@ async def test_origin_tagged_messages_streamed_not_written(env: Env) -> None:
     class Parent(GatedEnvironment):
         async def execute(self, call: OmniMessage, *, signal: AbortSignal, approve: Any):  # type: ignore[override]
             cid = call.payload.tool_call_id  # type: ignore[union-attr]
-            meta = b.session_meta(session_id=child, provider="p", model_id="m",
-                                  model_context_window="unknown", system_prompt="",
-                                  agent_state="/a", workspace="/w")
+            meta = b.session_meta(
+                session_id=child,
+                provider="p",
+                model_id="m",
+                model_context_window="unknown",
+                system_prompt="",
+                agent_state="/a",
+                workspace="/w",
+            )
             yield OmniMessage(meta.timestamp, meta.type, meta.payload, [child])
             inner = b.tool_call_output("inner", "child output")
             yield OmniMessage(inner.timestamp, inner.type, inner.payload, [child])
@@ -316,7 +388,9 @@ async def test_origin_tagged_messages_streamed_not_written(env: Env) -> None:
         stream = await collect(session.run([b.user_text("go")], approve=allow_all))
         records = check_trace(session, stream)
     assert [m.origin for m in stream if m.origin] == [[child], [child]]
-    assert [r.payload.session_id for r in records if isinstance(r.payload, SubagentPayload)] == [child]
+    assert [r.payload.session_id for r in records if isinstance(r.payload, SubagentPayload)] == [
+        child
+    ]
     assert not any(isinstance(m.payload, SubagentPayload) for m in stream)
     assert texts(llm.requests[1].messages)[-1] == "parent output"
     assert_requests_paired(llm.requests)
@@ -337,12 +411,20 @@ async def test_workspace_must_exist(env: Env) -> None:
     from engine.llm import ScriptedEnvironment, ScriptedLLM
 
     with pytest.raises(FileNotFoundError):
-        await Session.create(llm=ScriptedLLM([]), environment=ScriptedEnvironment([]),
-                             root=env.root, workspace=env.workspace / "missing")
+        await Session.create(
+            llm=ScriptedLLM([]),
+            environment=ScriptedEnvironment([]),
+            root=env.root,
+            workspace=env.workspace / "missing",
+        )
     (env.workspace / "f").write_text("x")
     with pytest.raises(NotADirectoryError):
-        await Session.create(llm=ScriptedLLM([]), environment=ScriptedEnvironment([]),
-                             root=env.root, workspace=env.workspace / "f")
+        await Session.create(
+            llm=ScriptedLLM([]),
+            environment=ScriptedEnvironment([]),
+            root=env.root,
+            workspace=env.workspace / "f",
+        )
 
 
 async def test_completed_stream_with_an_open_segment_is_malformed(env: Env) -> None:
@@ -369,15 +451,21 @@ async def test_completed_stream_with_an_open_segment_is_malformed(env: Env) -> N
     from engine import Session
 
     gated = GatedEnvironment()
-    session = await Session.create(llm=Leaky(), environment=gated, root=env.root,
-                                   workspace=env.workspace, compaction=None,
-                                   retry=RetryPolicy(base_ms=1))
+    session = await Session.create(
+        llm=Leaky(),
+        environment=gated,
+        root=env.root,
+        workspace=env.workspace,
+        compaction=None,
+        retry=RetryPolicy(base_ms=1),
+    )
     async with session:
         stream = await collect(session.run([b.user_text("go")], approve=allow_all))
         check_trace(session, stream)
     ends = [m.payload for m in stream if m.payload.__struct_config__.tag == "request_end"]  # type: ignore[union-attr]
     assert [(e.status, e.error_message) for e in ends] == [  # type: ignore[union-attr]
-        ("malformed", "the response ended with an unclosed segment"), ("completed", None)
+        ("malformed", "the response ended with an unclosed segment"),
+        ("completed", None),
     ]
     calls = [m for m in complete(stream) if m.payload.__struct_config__.tag == "tool_call"]  # type: ignore[union-attr]
     assert [(c.payload.arguments, c.payload.stop_reason) for c in calls] == [('{"a":', "malformed")]  # type: ignore[union-attr]

@@ -25,8 +25,10 @@ from eventstore import builders as b
 pytestmark = pytest.mark.anyio
 KEY = "sk-ant-api03-Zq8RfT2uVw"
 SIGNATURE = "EqQBCkgIBxABGAIqQKz+/3rZ0Q==AbC/def+ghi="
-REDACTED = ("EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpPkNRj2YfWXGmKDxH4mPnZ"
-            "5sQ7vB5URj2pabLBZeg==")
+REDACTED = (
+    "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpPkNRj2YfWXGmKDxH4mPnZ"
+    "5sQ7vB5URj2pabLBZeg=="
+)
 
 
 @pytest.fixture
@@ -65,14 +67,26 @@ async def test_thinking_text_and_parallel_tool_use(server: Any, pieces: str) -> 
     messages, outcome = await run(server, K.sse(chunks))
     assert (outcome.status, outcome.message) == ("completed", None)
     assert K.tags(messages) == [
-        "partial_thinking:start", "partial_thinking:delta", "partial_thinking:delta",
-        "partial_thinking:stop", "thinking",
-        "partial_text:start", "partial_text:delta", "partial_text:delta", "partial_text:stop",
+        "partial_thinking:start",
+        "partial_thinking:delta",
+        "partial_thinking:delta",
+        "partial_thinking:stop",
+        "thinking",
+        "partial_text:start",
+        "partial_text:delta",
+        "partial_text:delta",
+        "partial_text:stop",
         "text",
-        "partial_tool_call:start", "partial_tool_call:delta", "partial_tool_call:delta",
-        "partial_tool_call:stop", "tool_call",
-        "partial_tool_call:start", "partial_tool_call:delta", "partial_tool_call:delta",
-        "partial_tool_call:stop", "tool_call",
+        "partial_tool_call:start",
+        "partial_tool_call:delta",
+        "partial_tool_call:delta",
+        "partial_tool_call:stop",
+        "tool_call",
+        "partial_tool_call:start",
+        "partial_tool_call:delta",
+        "partial_tool_call:delta",
+        "partial_tool_call:stop",
+        "tool_call",
         "token_usage",
     ]
     think, text, first, second, usage = K.completes(messages)
@@ -81,7 +95,10 @@ async def test_thinking_text_and_parallel_tool_use(server: Any, pieces: str) -> 
     assert isinstance(text, TextPayload) and text.text == "Let me look." and text.fidelity is None
     assert isinstance(first, ToolCallPayload)
     assert (first.name, first.tool_call_id, first.arguments) == (
-        "read_file", "toolu_01A09q90qw90lq917835lq9", '{"path": "a.txt"}')
+        "read_file",
+        "toolu_01A09q90qw90lq917835lq9",
+        '{"path": "a.txt"}',
+    )
     assert (second.tool_call_id, second.arguments) == ("toolu_01B7hQ2Lm3", '{"path": "b.txt"}')
     assert isinstance(usage, TokenUsagePayload)
     # cache_read = cache_read_input_tokens; cache_write = input + cache_creation (R-MSG-17)
@@ -115,23 +132,55 @@ async def test_max_tokens_completes_and_marks_the_last_block(server: Any) -> Non
 
 async def test_tool_use_cut_by_max_tokens_is_malformed(server: Any) -> None:
     events = _events("anthropic_thinking_tools.sse")
-    cut = [e for e in events if b"b.txt" not in e and b"toolu_01B7" not in e
-           and b"index\":3" not in e and b"message_delta" not in e]
-    cut.insert(-1, _event("content_block_start", {
-        "type": "content_block_start", "index": 3,
-        "content_block": {"type": "tool_use", "id": "toolu_cut", "name": "write_file",
-                          "input": {}}}))
-    cut.insert(-1, _event("content_block_delta", {
-        "type": "content_block_delta", "index": 3,
-        "delta": {"type": "input_json_delta", "partial_json": '{"path": "x", "content": "ab'}}))
+    cut = [
+        e
+        for e in events
+        if b"b.txt" not in e
+        and b"toolu_01B7" not in e
+        and b'index":3' not in e
+        and b"message_delta" not in e
+    ]
+    cut.insert(
+        -1,
+        _event(
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 3,
+                "content_block": {
+                    "type": "tool_use",
+                    "id": "toolu_cut",
+                    "name": "write_file",
+                    "input": {},
+                },
+            },
+        ),
+    )
+    cut.insert(
+        -1,
+        _event(
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 3,
+                "delta": {
+                    "type": "input_json_delta",
+                    "partial_json": '{"path": "x", "content": "ab',
+                },
+            },
+        ),
+    )
     cut.insert(-1, _event("content_block_stop", {"type": "content_block_stop", "index": 3}))
     messages, outcome = await run(server, K.sse(cut))
     assert outcome.status == "malformed"
     assert outcome.message.startswith(
-        "anthropic: tool call write_file (toolu_cut) arguments are not valid JSON (")
+        "anthropic: tool call write_file (toolu_cut) arguments are not valid JSON ("
+    )
     calls = [p for p in K.completes(messages) if isinstance(p, ToolCallPayload)]
     assert [(c.tool_call_id, c.stop_reason) for c in calls] == [
-        ("toolu_01A09q90qw90lq917835lq9", "completed"), ("toolu_cut", "malformed")]
+        ("toolu_01A09q90qw90lq917835lq9", "completed"),
+        ("toolu_cut", "malformed"),
+    ]
 
 
 async def test_unknown_event_block_and_delta_types_are_skipped(server: Any) -> None:
@@ -139,69 +188,165 @@ async def test_unknown_event_block_and_delta_types_are_skipped(server: Any) -> N
     OmniMessage form and are skipped; the known content still arrives."""
     events = _events("anthropic_redacted.sse")
     extra = [
-        _event("content_block_start", {"type": "content_block_start", "index": 2,
-                                       "content_block": {"type": "server_tool_use",
-                                                         "id": "srvtoolu_1", "name": "web_search",
-                                                         "input": {}}}),
-        _event("content_block_delta", {"type": "content_block_delta", "index": 2,
-                                       "delta": {"type": "input_json_delta",
-                                                 "partial_json": '{"q": "x"}'}}),
+        _event(
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 2,
+                "content_block": {
+                    "type": "server_tool_use",
+                    "id": "srvtoolu_1",
+                    "name": "web_search",
+                    "input": {},
+                },
+            },
+        ),
+        _event(
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 2,
+                "delta": {"type": "input_json_delta", "partial_json": '{"q": "x"}'},
+            },
+        ),
         _event("content_block_stop", {"type": "content_block_stop", "index": 2}),
         _event("future_event", {"type": "future_event", "anything": [1, 2]}),
     ]
-    citation = _event("content_block_delta", {
-        "type": "content_block_delta", "index": 1,
-        "delta": {"type": "citations_delta", "citation": {"type": "char_location"}}})
+    citation = _event(
+        "content_block_delta",
+        {
+            "type": "content_block_delta",
+            "index": 1,
+            "delta": {"type": "citations_delta", "citation": {"type": "char_location"}},
+        },
+    )
     at = next(i for i, e in enumerate(events) if b'"text":"Done."' in e)
-    body = [*events[:at + 1], citation, *events[at + 1:-2], *extra, *events[-2:]]
+    body = [*events[: at + 1], citation, *events[at + 1 : -2], *extra, *events[-2:]]
     messages, outcome = await run(server, K.sse(body))
     assert outcome.status == "completed"
     assert [type(p).__name__ for p in K.completes(messages)] == [
-        "ThinkingPayload", "TextPayload", "TokenUsagePayload"]
+        "ThinkingPayload",
+        "TextPayload",
+        "TokenUsagePayload",
+    ]
 
 
 # --------------------------------------------------------------------------- failures
 
-AUTH = {"type": "error", "error": {"type": "authentication_error",
-                                   "message": "invalid x-api-key"}}
+AUTH = {"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}}
 
 
 @pytest.mark.parametrize(
     ("reply", "status", "permanent", "message", "retry_after"),
     [
-        pytest.param(K.error(401, AUTH), "auth", False,
-                     "anthropic: HTTP 401: authentication_error: invalid x-api-key", None,
-                     id="401"),
-        pytest.param(K.error(403, {"type": "error", "error": {
-            "type": "permission_error", "message": "Your API key does not have permission "
-            "to use the specified resource."}}), "failed", False,
+        pytest.param(
+            K.error(401, AUTH),
+            "auth",
+            False,
+            "anthropic: HTTP 401: authentication_error: invalid x-api-key",
+            None,
+            id="401",
+        ),
+        pytest.param(
+            K.error(
+                403,
+                {
+                    "type": "error",
+                    "error": {
+                        "type": "permission_error",
+                        "message": "Your API key does not have permission "
+                        "to use the specified resource.",
+                    },
+                },
+            ),
+            "failed",
+            False,
             "anthropic: HTTP 403: permission_error: Your API key does not have permission to "
-            "use the specified resource.", None, id="403"),
-        pytest.param(K.error(400, {"type": "error", "error": {
-            "type": "invalid_request_error", "message": "messages: text content blocks must be "
-            "non-empty"}}), "failed", True, "anthropic: HTTP 400: invalid_request_error: "
-            "messages: text content blocks must be non-empty", None, id="400"),
-        pytest.param(K.error(429, {"type": "error", "error": {
-            "type": "rate_limit_error", "message": "Number of request tokens has exceeded "
-            "your per-minute rate limit"}}, {"retry-after": "12"}), "timeout", False,
+            "use the specified resource.",
+            None,
+            id="403",
+        ),
+        pytest.param(
+            K.error(
+                400,
+                {
+                    "type": "error",
+                    "error": {
+                        "type": "invalid_request_error",
+                        "message": "messages: text content blocks must be non-empty",
+                    },
+                },
+            ),
+            "failed",
+            True,
+            "anthropic: HTTP 400: invalid_request_error: "
+            "messages: text content blocks must be non-empty",
+            None,
+            id="400",
+        ),
+        pytest.param(
+            K.error(
+                429,
+                {
+                    "type": "error",
+                    "error": {
+                        "type": "rate_limit_error",
+                        "message": "Number of request tokens has exceeded "
+                        "your per-minute rate limit",
+                    },
+                },
+                {"retry-after": "12"},
+            ),
+            "timeout",
+            False,
             "anthropic: HTTP 429: rate_limit_error: Number of request tokens has exceeded "
-            "your per-minute rate limit", 12.0, id="429"),
-        pytest.param(K.error(500, {"type": "error", "error": {
-            "type": "api_error", "message": "Internal server error"}}), "timeout", False,
-            "anthropic: HTTP 500: api_error: Internal server error", None, id="500"),
-        pytest.param(K.error(529, {"type": "error", "error": {
-            "type": "overloaded_error", "message": "Overloaded"}}), "timeout", False,
-            "anthropic: HTTP 529: overloaded_error: Overloaded", None, id="529"),
+            "your per-minute rate limit",
+            12.0,
+            id="429",
+        ),
+        pytest.param(
+            K.error(
+                500,
+                {
+                    "type": "error",
+                    "error": {"type": "api_error", "message": "Internal server error"},
+                },
+            ),
+            "timeout",
+            False,
+            "anthropic: HTTP 500: api_error: Internal server error",
+            None,
+            id="500",
+        ),
+        pytest.param(
+            K.error(
+                529,
+                {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+            ),
+            "timeout",
+            False,
+            "anthropic: HTTP 529: overloaded_error: Overloaded",
+            None,
+            id="529",
+        ),
     ],
 )
 async def test_http_failures(
-    server: Any, reply: Any, status: str, permanent: bool, message: str,
+    server: Any,
+    reply: Any,
+    status: str,
+    permanent: bool,
+    message: str,
     retry_after: float | None,
 ) -> None:
     messages, outcome = await run(server, reply)
     assert messages == []
     assert (outcome.status, outcome.permanent, outcome.message, outcome.retry_after_s) == (
-        status, permanent, message, retry_after)
+        status,
+        permanent,
+        message,
+        retry_after,
+    )
 
 
 async def test_event_error_mid_stream(server: Any) -> None:
@@ -209,9 +354,16 @@ async def test_event_error_mid_stream(server: Any) -> None:
     open text closes with that stop_reason; no usage."""
     messages, outcome = await run(server, K.sse(K.recording("anthropic_error.sse")))
     assert (outcome.status, outcome.message, outcome.permanent) == (
-        "timeout", "anthropic: stream error: overloaded_error: Overloaded", False)
+        "timeout",
+        "anthropic: stream error: overloaded_error: Overloaded",
+        False,
+    )
     assert K.tags(messages) == [
-        "partial_text:start", "partial_text:delta", "partial_text:stop", "text"]
+        "partial_text:start",
+        "partial_text:delta",
+        "partial_text:stop",
+        "text",
+    ]
     (text,) = K.completes(messages)
     assert (text.text, text.stop_reason) == ("Partial", "timeout")
 
@@ -219,20 +371,42 @@ async def test_event_error_mid_stream(server: Any) -> None:
 @pytest.mark.parametrize(
     ("tail", "end", "status", "message"),
     [
-        pytest.param([], "cut", "timeout",
-                     "anthropic: connection lost: peer closed connection without sending "
-                     "complete message body (incomplete chunked read)", id="cut"),
-        pytest.param([], "done", "timeout", "anthropic: stream ended before message_stop",
-                     id="no-message-stop"),
-        pytest.param([b"event: content_block_delta\ndata: {\"type\": \"content_bl\n\n"], "done",
-                     "malformed", 'anthropic: malformed stream: invalid JSON: {"type": '
-                     '"content_bl', id="garbage"),
-        pytest.param([_event("content_block_delta", {"type": "content_block_delta",
-                                                     "index": "zero", "delta": {}})],
-                     "done", "malformed",
-                     "anthropic: malformed stream: unexpected event shape (Expected `int`, got "
-                     "`str` - at `$.index`): {\"type\": \"content_block_delta\", \"index\": "
-                     "\"zero\", \"delta\": {}}", id="wrong-shape"),
+        pytest.param(
+            [],
+            "cut",
+            "timeout",
+            "anthropic: connection lost: peer closed connection without sending "
+            "complete message body (incomplete chunked read)",
+            id="cut",
+        ),
+        pytest.param(
+            [],
+            "done",
+            "timeout",
+            "anthropic: stream ended before message_stop",
+            id="no-message-stop",
+        ),
+        pytest.param(
+            [b'event: content_block_delta\ndata: {"type": "content_bl\n\n'],
+            "done",
+            "malformed",
+            'anthropic: malformed stream: invalid JSON: {"type": "content_bl',
+            id="garbage",
+        ),
+        pytest.param(
+            [
+                _event(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": "zero", "delta": {}},
+                )
+            ],
+            "done",
+            "malformed",
+            "anthropic: malformed stream: unexpected event shape (Expected `int`, got "
+            '`str` - at `$.index`): {"type": "content_block_delta", "index": '
+            '"zero", "delta": {}}',
+            id="wrong-shape",
+        ),
     ],
 )
 async def test_stream_failures_close_the_open_block(
@@ -277,13 +451,17 @@ async def test_abort_mid_stream(server: Any) -> None:
     assert outcome.status == "aborted"
     (think,) = K.completes(messages)
     assert (think.thinking, think.stop_reason, think.fidelity) == (
-        "I need both files.", "aborted", None)
+        "I need both files.",
+        "aborted",
+        None,
+    )
 
 
 # --------------------------------------------------------------------------- request shape
 
 READ_FILE = ToolDefinition(
-    name="read_file", description="Read a file.",
+    name="read_file",
+    description="Read a file.",
     parameters={"type": "object", "properties": {"path": {"type": "string"}}},
 )
 PNG = "data:image/png;base64,iVBORw0KGgo="
@@ -318,39 +496,87 @@ async def test_request_body_for_tool_pairs_images_and_signed_thinking(server: An
         "model": "claude-sonnet-4-5",
         "max_tokens": 8192 + 8192,
         "messages": [
-            {"role": "user", "content": [
-                {"type": "text", "text": "Look at this."},
-                {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                             "data": "iVBORw0KGgo="}},
-                {"type": "image", "source": {"type": "url",
-                                             "url": "https://example.com/cat.png"}},
-            ]},
-            {"role": "assistant", "content": [
-                {"type": "thinking", "thinking": "I need both files.", "signature": SIGNATURE},
-                {"type": "redacted_thinking", "data": REDACTED},
-                {"type": "text", "text": "Let me look."},
-                {"type": "tool_use", "id": "toolu_A", "name": "read_file",
-                 "input": {"path": "a.txt"}},
-                {"type": "tool_use", "id": "toolu_B", "name": "read_file",
-                 "input": {"path": "b.txt"}},
-            ]},
-            {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "toolu_A", "content": [
-                    {"type": "text", "text": "A"},
-                    {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                                 "data": "iVBORw0KGgo="}},
-                ]},
-                {"type": "tool_result", "tool_use_id": "toolu_B", "content": "denied",
-                 "is_error": True},
-                {"type": "text", "text": "[user_steering]\nquick\n[/user_steering]",
-                 "cache_control": {"type": "ephemeral"}},
-            ]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Look at this."},
+                    {
+                        "type": "image",
+                        "source": {
+                            "type": "base64",
+                            "media_type": "image/png",
+                            "data": "iVBORw0KGgo=",
+                        },
+                    },
+                    {
+                        "type": "image",
+                        "source": {"type": "url", "url": "https://example.com/cat.png"},
+                    },
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "I need both files.", "signature": SIGNATURE},
+                    {"type": "redacted_thinking", "data": REDACTED},
+                    {"type": "text", "text": "Let me look."},
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_A",
+                        "name": "read_file",
+                        "input": {"path": "a.txt"},
+                    },
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_B",
+                        "name": "read_file",
+                        "input": {"path": "b.txt"},
+                    },
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_A",
+                        "content": [
+                            {"type": "text", "text": "A"},
+                            {
+                                "type": "image",
+                                "source": {
+                                    "type": "base64",
+                                    "media_type": "image/png",
+                                    "data": "iVBORw0KGgo=",
+                                },
+                            },
+                        ],
+                    },
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_B",
+                        "content": "denied",
+                        "is_error": True,
+                    },
+                    {
+                        "type": "text",
+                        "text": "[user_steering]\nquick\n[/user_steering]",
+                        "cache_control": {"type": "ephemeral"},
+                    },
+                ],
+            },
         ],
         "stream": True,
-        "system": [{"type": "text", "text": "You are careful.",
-                    "cache_control": {"type": "ephemeral"}}],
-        "tools": [{"name": "read_file", "description": "Read a file.",
-                   "input_schema": READ_FILE.parameters}],
+        "system": [
+            {"type": "text", "text": "You are careful.", "cache_control": {"type": "ephemeral"}}
+        ],
+        "tools": [
+            {
+                "name": "read_file",
+                "description": "Read a file.",
+                "input_schema": READ_FILE.parameters,
+            }
+        ],
         "thinking": {"type": "enabled", "budget_tokens": 8192},
     }
     assert f'"signature":"{SIGNATURE}"'.encode() in sent.body  # byte for byte on the wire
@@ -359,30 +585,48 @@ async def test_request_body_for_tool_pairs_images_and_signed_thinking(server: An
 async def test_signature_round_trips_from_stream_to_next_request(server: Any) -> None:
     """What the stream gave is what the next request sends back, unchanged."""
     messages, _ = await run(server, K.sse(K.recording("anthropic_thinking_tools.sse")))
-    history = [b.user_text("go"), *(m for m in messages if not m.is_partial
-                                    and m.payload.__struct_config__.tag != "token_usage")]
-    history += [b.tool_call_output("toolu_01A09q90qw90lq917835lq9", "A"),
-                b.tool_call_output("toolu_01B7hQ2Lm3", "B")]
-    await run(server, K.sse(K.recording("anthropic_redacted.sse")),
-              request=K.request(*history), prompt_cache=False)
+    history = [
+        b.user_text("go"),
+        *(
+            m
+            for m in messages
+            if not m.is_partial and m.payload.__struct_config__.tag != "token_usage"
+        ),
+    ]
+    history += [
+        b.tool_call_output("toolu_01A09q90qw90lq917835lq9", "A"),
+        b.tool_call_output("toolu_01B7hQ2Lm3", "B"),
+    ]
+    await run(
+        server,
+        K.sse(K.recording("anthropic_redacted.sse")),
+        request=K.request(*history),
+        prompt_cache=False,
+    )
     sent = server.requests[1].json
     assert sent["system"] == "You are careful."
     assert sent["messages"][1]["content"][0] == {
-        "type": "thinking", "thinking": "I need both files.", "signature": SIGNATURE}
+        "type": "thinking",
+        "thinking": "I need both files.",
+        "signature": SIGNATURE,
+    }
 
 
 @pytest.mark.parametrize(
     ("level", "budget"),
     [("minimal", 1024), ("low", 2048), ("medium", 8192), ("high", 16384), ("none", None)],
 )
-async def test_thinking_levels_map_to_budgets(
-    server: Any, level: str, budget: int | None
-) -> None:
-    await run(server, K.sse(K.recording("anthropic_redacted.sse")),
-              request=K.request(thinking_level=level), max_tokens=4000)
+async def test_thinking_levels_map_to_budgets(server: Any, level: str, budget: int | None) -> None:
+    await run(
+        server,
+        K.sse(K.recording("anthropic_redacted.sse")),
+        request=K.request(thinking_level=level),
+        max_tokens=4000,
+    )
     body = server.requests[0].json
     assert body.get("thinking") == (
-        None if budget is None else {"type": "enabled", "budget_tokens": budget})
+        None if budget is None else {"type": "enabled", "budget_tokens": budget}
+    )
     assert body["max_tokens"] == 4000 + (budget or 0)
 
 
@@ -391,13 +635,19 @@ async def test_unknown_thinking_level_is_a_permanent_failure(server: Any) -> Non
     assert (messages, outcome.status, outcome.permanent) == ([], "failed", True)
     assert outcome.message == (
         "anthropic: cannot build the request: unknown thinking level 'ultra' "
-        "(known: none, off, minimal, low, medium, high)")
+        "(known: none, off, minimal, low, medium, high)"
+    )
     assert server.requests == []
 
 
 async def test_the_api_key_never_leaves(server: Any) -> None:
-    echo = K.error(401, {"type": "error", "error": {"type": "authentication_error",
-                                                    "message": f"invalid x-api-key {KEY}"}})
+    echo = K.error(
+        401,
+        {
+            "type": "error",
+            "error": {"type": "authentication_error", "message": f"invalid x-api-key {KEY}"},
+        },
+    )
     server.queue(echo, K.sse(_events("anthropic_error.sse")[:3], end="reset"))
     llm = llm_for(server)
     seen = [repr(llm)]
@@ -415,5 +665,6 @@ def test_key_from_environment_only_for_anthropic_itself(monkeypatch: pytest.Monk
     assert Anthropic("claude")._api_key == KEY
     assert Anthropic("claude", base_url="http://127.0.0.1:9")._api_key is None
     assert Anthropic("claude", base_url="https://proxy.example/v1").url == (
-        "https://proxy.example/v1/messages")
+        "https://proxy.example/v1/messages"
+    )
     assert KEY not in repr(Anthropic("claude"))

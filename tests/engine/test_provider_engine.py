@@ -28,8 +28,13 @@ from eventstore import builders as b
 
 pytestmark = pytest.mark.anyio
 KEY = "sk-e2e-Kx93LmQ0vR"
-TOOLS = [{"name": "read_file", "description": "Read a file.",
-          "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}]
+TOOLS = [
+    {
+        "name": "read_file",
+        "description": "Read a file.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+    }
+]
 
 CASES: dict[str, dict[str, Any]] = {
     "openai": {
@@ -39,8 +44,7 @@ CASES: dict[str, dict[str, Any]] = {
         "final_text": "Hello, world!",
         "stalled": (4, "Hello, wor"),
         "error": {"error": {"message": "The server had an error while processing your request."}},
-        "error_message": "openai: HTTP 500: The server had an error while processing your "
-                         "request.",
+        "error_message": "openai: HTTP 500: The server had an error while processing your request.",
     },
     "anthropic": {
         "calls": ["toolu_01A09q90qw90lq917835lq9", "toolu_01B7hQ2Lm3"],
@@ -48,8 +52,10 @@ CASES: dict[str, dict[str, Any]] = {
         "final_reply": "anthropic_redacted.sse",
         "final_text": "Done.",
         "stalled": (5, "Done."),
-        "error": {"type": "error", "error": {"type": "api_error",
-                                             "message": "Internal server error"}},
+        "error": {
+            "type": "error",
+            "error": {"type": "api_error", "message": "Internal server error"},
+        },
         "error_message": "anthropic: HTTP 500: api_error: Internal server error",
     },
 }
@@ -68,11 +74,24 @@ def make_llm(provider: str, server: Any) -> Any:
 
 
 def environment(calls: list[str]) -> ScriptedEnvironment:
-    return ScriptedEnvironment({"tools": TOOLS, "responses": [[
-        {"tool_call": {"name": "read_file", "arguments": {"path": f"{n}.txt"}, "id": cid,
-                       "result": {"output": f"body of {n}.txt"}}}
-        for n, cid in zip("ab", calls, strict=True)
-    ]]})
+    return ScriptedEnvironment(
+        {
+            "tools": TOOLS,
+            "responses": [
+                [
+                    {
+                        "tool_call": {
+                            "name": "read_file",
+                            "arguments": {"path": f"{n}.txt"},
+                            "id": cid,
+                            "result": {"output": f"body of {n}.txt"},
+                        }
+                    }
+                    for n, cid in zip("ab", calls, strict=True)
+                ]
+            ],
+        }
+    )
 
 
 async def new_session(provider: str, server: Any, env: Env, **kw: Any) -> tuple[Session, Any]:
@@ -90,8 +109,11 @@ async def new_session(provider: str, server: Any, env: Env, **kw: Any) -> tuple[
 
 
 def _ends(stream: list[Any]) -> list[tuple[str, int | None, int | None, str | None]]:
-    return [(p.status, p.attempt, p.retry_in_ms, p.error_message)
-            for p in (m.payload for m in stream) if isinstance(p, RequestEndPayload)]
+    return [
+        (p.status, p.attempt, p.retry_in_ms, p.error_message)
+        for p in (m.payload for m in stream)
+        if isinstance(p, RequestEndPayload)
+    ]
 
 
 def _key_free(session: Session) -> None:
@@ -104,8 +126,11 @@ async def test_full_task_with_a_retry_after_500(provider: str, server: Any, env:
     """Tool calls, tool results, final answer, one retry after a 500 (R-RETRY-4/7/8), a trace
     the validator accepts, live projections equal to rebuilt ones (check_trace)."""
     case = CASES[provider]
-    server.queue(K.error(500, case["error"]), K.sse(K.recording(case["tool_reply"])),
-                 K.sse(K.recording(case["final_reply"])))
+    server.queue(
+        K.error(500, case["error"]),
+        K.sse(K.recording(case["tool_reply"])),
+        K.sse(K.recording(case["final_reply"])),
+    )
     session, llm = await new_session(provider, server, env)
     async with session, llm:
         stream = await collect(session.run([b.user_text("Read a and b.")], approve=allow_all))
@@ -119,7 +144,9 @@ async def test_full_task_with_a_retry_after_500(provider: str, server: Any, env:
     outputs = [m.payload for m in records if isinstance(m.payload, ToolCallOutputPayload)]
     assert [c.tool_call_id for c in calls] == case["calls"]
     assert [(o.tool_call_id, o.output) for o in outputs] == [
-        (case["calls"][0], "body of a.txt"), (case["calls"][1], "body of b.txt")]
+        (case["calls"][0], "body of a.txt"),
+        (case["calls"][1], "body of b.txt"),
+    ]
     final = [m.payload for m in records if isinstance(m.payload, TextPayload)][-1]
     assert (final.role, final.text) == ("assistant", case["final_text"])
     assert records[0].payload.provider == provider  # type: ignore[union-attr]
@@ -131,7 +158,8 @@ async def test_full_task_with_a_retry_after_500(provider: str, server: Any, env:
         assert [c["id"] for c in sent[-3]["tool_calls"]] == case["calls"]
         assert [(m["role"], m["tool_call_id"], m["content"]) for m in sent[-2:]] == [
             ("tool", case["calls"][0], "body of a.txt"),
-            ("tool", case["calls"][1], "body of b.txt")]
+            ("tool", case["calls"][1], "body of b.txt"),
+        ]
     else:
         assistant, results = sent[-2], sent[-1]
         assert assistant["content"][0]["type"] == "thinking"
@@ -176,13 +204,17 @@ async def test_abort_during_a_hanging_stream(provider: str, server: Any, env: En
     async with session, llm, anyio.create_task_group() as tg:
         tg.start_soon(abort_when_stalled)
         with anyio.fail_after(10):
-            stream = await collect(session.run([b.user_text("hi")], approve=allow_all,
-                                               signal=signal))
+            stream = await collect(
+                session.run([b.user_text("hi")], approve=allow_all, signal=signal)
+            )
         check_trace(session, stream)
     assert _ends(stream) == [("aborted", 1, None, None)]
     assert isinstance(stream[-1].payload, AbortPayload)
     assert stream[-1].payload.reason == "aborted by user"
-    last = [m.payload for m in trace_records(session) if m.type == "model_msg"
-            and getattr(m.payload, "role", None) == "assistant"][-1]
+    last = [
+        m.payload
+        for m in trace_records(session)
+        if m.type == "model_msg" and getattr(m.payload, "role", None) == "assistant"
+    ][-1]
     assert isinstance(last, TextPayload)
     assert (last.text, last.stop_reason) == (partial, "aborted")

@@ -55,13 +55,22 @@ async def test_text_stream_usage_and_request(server: Any, pieces: str) -> None:
     """R-STREAM-1/2: text deltas → one text; `:` pings ignored; usage only after [DONE]
     (R-RUN-16) with cache_read from cached_tokens; the request is a streaming POST."""
     body = K.recording("openai_text.sse")
-    chunks = {"events": K.split_events(body), "7 bytes": K.split_every(body, 7),
-              "1 byte": K.split_every(body, 1)}[pieces]
+    chunks = {
+        "events": K.split_events(body),
+        "7 bytes": K.split_every(body, 7),
+        "1 byte": K.split_every(body, 1),
+    }[pieces]
     messages, outcome = await run(server, K.sse(chunks))
     assert outcome.status == "completed" and outcome.message is None
     assert K.tags(messages) == [
-        "partial_text:start", "partial_text:delta", "partial_text:delta", "partial_text:delta",
-        "partial_text:delta", "partial_text:stop", "text", "token_usage",
+        "partial_text:start",
+        "partial_text:delta",
+        "partial_text:delta",
+        "partial_text:delta",
+        "partial_text:delta",
+        "partial_text:stop",
+        "text",
+        "token_usage",
     ]
     text, usage = K.completes(messages)
     assert isinstance(text, TextPayload) and text.text == "Hello, world!"
@@ -79,8 +88,12 @@ async def test_text_stream_usage_and_request(server: Any, pieces: str) -> None:
 @pytest.mark.parametrize(
     ("recording", "field", "thinking", "text"),
     [
-        ("openai_reasoning_content.sse", "reasoning_content",
-         "The user asks for 2+2. That is 4.", "2 + 2 = 4."),
+        (
+            "openai_reasoning_content.sse",
+            "reasoning_content",
+            "The user asks for 2+2. That is 4.",
+            "2 + 2 = 4.",
+        ),
         ("openai_reasoning.sse", "reasoning", "Okay, simple sum.", "Four."),
         ("openai_think_tags.sse", "think_tag", "\nThe user wants a sum.", "The answer is 4."),
     ],
@@ -111,19 +124,36 @@ async def test_parallel_tool_calls_with_fragmented_arguments(server: Any) -> Non
     messages, outcome = await run(server, K.sse(K.recording("openai_parallel_tools.sse")))
     assert outcome.status == "completed"
     assert K.tags(messages) == [
-        "partial_text:start", "partial_text:delta", "partial_text:stop", "text",
-        "partial_tool_call:start", "partial_tool_call:delta", "partial_tool_call:delta",
-        "partial_tool_call:delta", "partial_tool_call:stop", "tool_call",
-        "partial_tool_call:start", "partial_tool_call:delta", "partial_tool_call:delta",
-        "partial_tool_call:delta", "partial_tool_call:stop", "tool_call",
+        "partial_text:start",
+        "partial_text:delta",
+        "partial_text:stop",
+        "text",
+        "partial_tool_call:start",
+        "partial_tool_call:delta",
+        "partial_tool_call:delta",
+        "partial_tool_call:delta",
+        "partial_tool_call:stop",
+        "tool_call",
+        "partial_tool_call:start",
+        "partial_tool_call:delta",
+        "partial_tool_call:delta",
+        "partial_tool_call:delta",
+        "partial_tool_call:stop",
+        "tool_call",
         "token_usage",
     ]
     text, first, second, usage = K.completes(messages)
     assert text.text == "Reading both."
     assert (first.name, first.tool_call_id, first.arguments) == (
-        "read_file", "call_Qx7a", '{"path": "a.txt"}')
+        "read_file",
+        "call_Qx7a",
+        '{"path": "a.txt"}',
+    )
     assert (second.name, second.tool_call_id, second.arguments) == (
-        "read_file", "call_Rb9c", '{"path": "b.txt", "limit": 10}')
+        "read_file",
+        "call_Rb9c",
+        '{"path": "b.txt", "limit": 10}',
+    )
     assert messages[4].payload.name == "read_file"  # the start carries the name (R-STREAM-3)
     assert usage.request == TokenCounts(256, 44, 40, 340)
 
@@ -138,15 +168,19 @@ async def test_function_name_ids_are_made_unique(server: Any) -> None:
         b.user_text("now both"),
     ]
     messages, outcome = await run(
-        server, K.sse(K.recording("openai_named_ids.sse")), request=K.request(*history))
+        server, K.sse(K.recording("openai_named_ids.sse")), request=K.request(*history)
+    )
     assert outcome.status == "completed"
     calls = [p for p in K.completes(messages) if isinstance(p, ToolCallPayload)]
     assert [c.tool_call_id for c in calls] == ["read_file#2", "read_file#3"]
     assert [c.arguments for c in calls] == ['{"path":"a.txt"}', '{"path":"b.txt"}']
     # A whole call in one chunk still streams start, one delta, stop, complete.
     assert K.tags(messages)[:4] == [
-        "partial_tool_call:start", "partial_tool_call:delta", "partial_tool_call:stop",
-        "tool_call"]
+        "partial_tool_call:start",
+        "partial_tool_call:delta",
+        "partial_tool_call:stop",
+        "tool_call",
+    ]
 
 
 async def test_suffixed_ids_are_stripped_outbound(server: Any) -> None:
@@ -167,8 +201,9 @@ async def test_raw_unicode_line_separators_stay_inside_data(server: Any) -> None
     """SSE lines end only at CR, LF or CRLF: U+2028/U+0085 inside JSON are content, and bare
     CR line endings work (httpx's aiter_lines would split on the former)."""
     chunk = {"choices": [{"index": 0, "delta": {"content": "a\u2028b\u0085c"}}]}
-    body = ("data: " + json.dumps(chunk, ensure_ascii=False) + "\r\r"
-            + "data: [DONE]\r\n\r\n").encode()
+    body = (
+        "data: " + json.dumps(chunk, ensure_ascii=False) + "\r\r" + "data: [DONE]\r\n\r\n"
+    ).encode()
     messages, outcome = await run(server, K.sse(K.split_every(body, 5)))
     assert outcome.status == "completed"
     (text,) = K.completes(messages)
@@ -197,52 +232,143 @@ async def test_a_client_passed_in_is_used_and_left_open(server: Any) -> None:
 
 # --------------------------------------------------------------------------- failures
 
-OPENAI_401 = {"error": {"message": "Incorrect API key provided: sk-test-****Xy4. You can find "
-                        "your API key at https://platform.openai.com/account/api-keys.",
-                        "type": "invalid_request_error", "param": None,
-                        "code": "invalid_api_key"}}
+OPENAI_401 = {
+    "error": {
+        "message": "Incorrect API key provided: sk-test-****Xy4. You can find "
+        "your API key at https://platform.openai.com/account/api-keys.",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "invalid_api_key",
+    }
+}
 
 
 @pytest.mark.parametrize(
     ("reply", "status", "permanent", "message", "retry_after"),
     [
-        pytest.param(K.error(401, OPENAI_401), "auth", False,
-                     "openai: HTTP 401: " + OPENAI_401["error"]["message"], None, id="401"),
-        pytest.param(K.error(403, {"error": {"message": "Country, region, or territory not "
-                                             "supported", "type": "request_forbidden"}}),
-                     "failed", False,
-                     "openai: HTTP 403: Country, region, or territory not supported", None,
-                     id="403"),
-        pytest.param(K.error(400, {"error": {"message": "Invalid schema for function "
-                                             "'read_file'.", "type": "invalid_request_error"}}),
-                     "failed", True, "openai: HTTP 400: Invalid schema for function "
-                     "'read_file'.", None, id="400"),
-        pytest.param(K.error(404, {"error": {"message": "The model `gpt-5o` does not exist"}}),
-                     "failed", True, "openai: HTTP 404: The model `gpt-5o` does not exist",
-                     None, id="404"),
-        pytest.param(K.error(429, {"error": {"message": "Rate limit reached for gpt-4o."}},
-                             {"retry-after": "7"}),
-                     "timeout", False, "openai: HTTP 429: Rate limit reached for gpt-4o.", 7.0,
-                     id="429-retry-after"),
-        pytest.param(K.error(429, {"error": {"message": "slow down"}},
-                             {"retry-after-ms": "1500", "retry-after": "2"}),
-                     "timeout", False, "openai: HTTP 429: slow down", 1.5, id="429-ms"),
-        pytest.param(K.error(500, {"error": {"message": "The server had an error while "
-                                             "processing your request. Sorry about that!"}}),
-                     "timeout", False, "openai: HTTP 500: The server had an error while "
-                     "processing your request. Sorry about that!", None, id="500"),
-        pytest.param(K.error(529, "upstream overloaded"), "timeout", False,
-                     "openai: HTTP 529: upstream overloaded", None, id="529"),
-        pytest.param(K.Reply(503, [], {}), "timeout", False,
-                     "openai: HTTP 503: Service Unavailable", None, id="503-empty"),
-        pytest.param(K.Reply(200, [b'{"error": {"message": "stream not supported"}}'],
-                             {"content-type": "application/json"}),
-                     "malformed", False, "openai: expected an event stream, got "
-                     "application/json: stream not supported", None, id="json-200"),
+        pytest.param(
+            K.error(401, OPENAI_401),
+            "auth",
+            False,
+            "openai: HTTP 401: " + OPENAI_401["error"]["message"],
+            None,
+            id="401",
+        ),
+        pytest.param(
+            K.error(
+                403,
+                {
+                    "error": {
+                        "message": "Country, region, or territory not supported",
+                        "type": "request_forbidden",
+                    }
+                },
+            ),
+            "failed",
+            False,
+            "openai: HTTP 403: Country, region, or territory not supported",
+            None,
+            id="403",
+        ),
+        pytest.param(
+            K.error(
+                400,
+                {
+                    "error": {
+                        "message": "Invalid schema for function 'read_file'.",
+                        "type": "invalid_request_error",
+                    }
+                },
+            ),
+            "failed",
+            True,
+            "openai: HTTP 400: Invalid schema for function 'read_file'.",
+            None,
+            id="400",
+        ),
+        pytest.param(
+            K.error(404, {"error": {"message": "The model `gpt-5o` does not exist"}}),
+            "failed",
+            True,
+            "openai: HTTP 404: The model `gpt-5o` does not exist",
+            None,
+            id="404",
+        ),
+        pytest.param(
+            K.error(
+                429, {"error": {"message": "Rate limit reached for gpt-4o."}}, {"retry-after": "7"}
+            ),
+            "timeout",
+            False,
+            "openai: HTTP 429: Rate limit reached for gpt-4o.",
+            7.0,
+            id="429-retry-after",
+        ),
+        pytest.param(
+            K.error(
+                429,
+                {"error": {"message": "slow down"}},
+                {"retry-after-ms": "1500", "retry-after": "2"},
+            ),
+            "timeout",
+            False,
+            "openai: HTTP 429: slow down",
+            1.5,
+            id="429-ms",
+        ),
+        pytest.param(
+            K.error(
+                500,
+                {
+                    "error": {
+                        "message": "The server had an error while "
+                        "processing your request. Sorry about that!"
+                    }
+                },
+            ),
+            "timeout",
+            False,
+            "openai: HTTP 500: The server had an error while "
+            "processing your request. Sorry about that!",
+            None,
+            id="500",
+        ),
+        pytest.param(
+            K.error(529, "upstream overloaded"),
+            "timeout",
+            False,
+            "openai: HTTP 529: upstream overloaded",
+            None,
+            id="529",
+        ),
+        pytest.param(
+            K.Reply(503, [], {}),
+            "timeout",
+            False,
+            "openai: HTTP 503: Service Unavailable",
+            None,
+            id="503-empty",
+        ),
+        pytest.param(
+            K.Reply(
+                200,
+                [b'{"error": {"message": "stream not supported"}}'],
+                {"content-type": "application/json"},
+            ),
+            "malformed",
+            False,
+            "openai: expected an event stream, got application/json: stream not supported",
+            None,
+            id="json-200",
+        ),
     ],
 )
 async def test_http_failures(
-    server: Any, reply: Any, status: str, permanent: bool, message: str,
+    server: Any,
+    reply: Any,
+    status: str,
+    permanent: bool,
+    message: str,
     retry_after: float | None,
 ) -> None:
     """The error table (SPEC §2.6): each status → outcome, the provider's own text in the
@@ -250,7 +376,11 @@ async def test_http_failures(
     messages, outcome = await run(server, reply)
     assert messages == []
     assert (outcome.status, outcome.permanent, outcome.message, outcome.retry_after_s) == (
-        status, permanent, message, retry_after)
+        status,
+        permanent,
+        message,
+        retry_after,
+    )
 
 
 def _first_events(n: int) -> list[bytes]:
@@ -260,21 +390,43 @@ def _first_events(n: int) -> list[bytes]:
 @pytest.mark.parametrize(
     ("reply", "status", "message"),
     [
-        pytest.param(K.sse(_first_events(4), end="cut"), "timeout",
-                     "openai: connection lost: peer closed connection without sending complete "
-                     "message body (incomplete chunked read)", id="cut-mid-body"),
-        pytest.param(K.sse(_first_events(4)), "timeout",
-                     "openai: stream ended before [DONE]", id="ended-before-done"),
-        pytest.param(K.sse([*_first_events(4), b"data: {not json\n\n"]), "malformed",
-                     "openai: malformed stream: invalid JSON: {not json", id="garbage-json"),
-        pytest.param(K.sse([*_first_events(4), b'data: {"choices": "nope"}\n\n']), "malformed",
-                     "openai: malformed stream: unexpected chunk shape (Expected `array | null`, "
-                     'got `str` - at `$.choices`): {"choices": "nope"}', id="wrong-shape"),
-        pytest.param(K.sse([*_first_events(4),
-                            b'data: {"error": {"message": "upstream overloaded", '
-                            b'"code": 502}}\n\n']),
-                     "timeout", "openai: stream error: 502: upstream overloaded",
-                     id="error-chunk"),
+        pytest.param(
+            K.sse(_first_events(4), end="cut"),
+            "timeout",
+            "openai: connection lost: peer closed connection without sending complete "
+            "message body (incomplete chunked read)",
+            id="cut-mid-body",
+        ),
+        pytest.param(
+            K.sse(_first_events(4)),
+            "timeout",
+            "openai: stream ended before [DONE]",
+            id="ended-before-done",
+        ),
+        pytest.param(
+            K.sse([*_first_events(4), b"data: {not json\n\n"]),
+            "malformed",
+            "openai: malformed stream: invalid JSON: {not json",
+            id="garbage-json",
+        ),
+        pytest.param(
+            K.sse([*_first_events(4), b'data: {"choices": "nope"}\n\n']),
+            "malformed",
+            "openai: malformed stream: unexpected chunk shape (Expected `array | null`, "
+            'got `str` - at `$.choices`): {"choices": "nope"}',
+            id="wrong-shape",
+        ),
+        pytest.param(
+            K.sse(
+                [
+                    *_first_events(4),
+                    b'data: {"error": {"message": "upstream overloaded", "code": 502}}\n\n',
+                ]
+            ),
+            "timeout",
+            "openai: stream error: 502: upstream overloaded",
+            id="error-chunk",
+        ),
     ],
 )
 async def test_stream_failures_close_the_open_segment(
@@ -306,11 +458,14 @@ async def test_truncated_tool_arguments_are_malformed(server: Any) -> None:
     messages, outcome = await run(server, K.sse(cut))
     assert outcome.status == "malformed"
     assert outcome.message.startswith(
-        "openai: tool call read_file (call_Rb9c) arguments are not valid JSON (")
+        "openai: tool call read_file (call_Rb9c) arguments are not valid JSON ("
+    )
     assert outcome.message.endswith('): {"path": "b.txt", ')
     calls = [p for p in K.completes(messages) if isinstance(p, ToolCallPayload)]
     assert [(c.tool_call_id, c.stop_reason) for c in calls] == [
-        ("call_Qx7a", "completed"), ("call_Rb9c", "malformed")]
+        ("call_Qx7a", "completed"),
+        ("call_Rb9c", "malformed"),
+    ]
     assert not any(isinstance(p, TokenUsagePayload) for p in K.completes(messages))
 
 
@@ -354,7 +509,11 @@ async def test_abort_cancels_the_http_stream(server: Any, from_thread: bool) -> 
             messages, outcome = await K.drain(llm.stream(K.request(signal=signal)), on=on)
     assert (outcome.status, outcome.message) == ("aborted", None)
     assert K.tags(messages) == [
-        "partial_text:start", "partial_text:delta", "partial_text:stop", "text"]
+        "partial_text:start",
+        "partial_text:delta",
+        "partial_text:stop",
+        "text",
+    ]
     (text,) = K.completes(messages)
     assert (text.text, text.stop_reason) == ("Hello", "aborted")
 
@@ -384,9 +543,9 @@ async def test_abort_before_the_request_sends_nothing(server: Any) -> None:
 # --------------------------------------------------------------------------- request shape
 
 READ_FILE = ToolDefinition(
-    name="read_file", description="Read a file.",
-    parameters={"type": "object", "properties": {"path": {"type": "string"}},
-                "required": ["path"]},
+    name="read_file",
+    description="Read a file.",
+    parameters={"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
 )
 PNG = "data:image/png;base64,iVBORw0KGgo="
 
@@ -418,38 +577,67 @@ async def test_request_body_for_tool_pairs_images_and_thinking(server: Any) -> N
         "model": "gpt-4o",
         "messages": [
             {"role": "system", "content": "You are careful."},
-            {"role": "user", "content": [
-                {"type": "text", "text": "Look at these."},
-                {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
-                {"type": "image_url", "image_url": {"url": PNG}},
-            ]},
-            {"role": "assistant", "content": "Reading.", "tool_calls": [
-                {"id": "call_1", "type": "function",
-                 "function": {"name": "read_file", "arguments": '{"path":"a.txt"}'}},
-                {"id": "read_file", "type": "function",
-                 "function": {"name": "read_file", "arguments": '{"path":"b.txt"}'}},
-            ]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Look at these."},
+                    {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
+                    {"type": "image_url", "image_url": {"url": PNG}},
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": "Reading.",
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "read_file", "arguments": '{"path":"a.txt"}'},
+                    },
+                    {
+                        "id": "read_file",
+                        "type": "function",
+                        "function": {"name": "read_file", "arguments": '{"path":"b.txt"}'},
+                    },
+                ],
+            },
             {"role": "tool", "tool_call_id": "call_1", "content": "A"},
             {"role": "tool", "tool_call_id": "read_file", "content": "B"},
-            {"role": "user", "content": [
-                {"type": "text", "text": "[images returned by tool call call_1]"},
-                {"type": "image_url", "image_url": {"url": PNG}},
-                {"type": "text", "text": "[user_steering]\nalso c\n[/user_steering]"},
-            ]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "[images returned by tool call call_1]"},
+                    {"type": "image_url", "image_url": {"url": PNG}},
+                    {"type": "text", "text": "[user_steering]\nalso c\n[/user_steering]"},
+                ],
+            },
         ],
         "stream": True,
         "stream_options": {"include_usage": True},
-        "tools": [{"type": "function", "function": {
-            "name": "read_file", "description": "Read a file.",
-            "parameters": READ_FILE.parameters}}],
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "read_file",
+                    "description": "Read a file.",
+                    "parameters": READ_FILE.parameters,
+                },
+            }
+        ],
         "reasoning_effort": "high",
     }
 
 
 async def test_reasoning_is_sent_back_only_when_asked(server: Any) -> None:
     request = K.request(*_context()[:7])
-    await run(server, K.sse(K.recording("openai_text.sse")), request=request,
-              send_reasoning=True, vision=False, extra_body={"temperature": 0})
+    await run(
+        server,
+        K.sse(K.recording("openai_text.sse")),
+        request=request,
+        send_reasoning=True,
+        vision=False,
+        extra_body={"temperature": 0},
+    )
     body = server.requests[0].json
     assistant = body["messages"][2]
     assert assistant["reasoning_content"] == "Two files."

@@ -38,11 +38,13 @@ def _decode(*chunks: bytes) -> list[tuple[str, str]]:
 
 
 def test_fields_comments_and_multiline_data() -> None:
-    body = (b"\xef\xbb\xbf: ping\n"
-            b"event: content_block_delta\ndata: {\"a\":\ndata:1}\nid: 7\nretry: 10\n\n"
-            b"data\n\n"
-            b"\n\n"
-            b"data:no-space\n\n")
+    body = (
+        b"\xef\xbb\xbf: ping\n"
+        b'event: content_block_delta\ndata: {"a":\ndata:1}\nid: 7\nretry: 10\n\n'
+        b"data\n\n"
+        b"\n\n"
+        b"data:no-space\n\n"
+    )
     assert _decode(body) == [
         ("content_block_delta", '{"a":\n1}'),
         ("", ""),
@@ -56,8 +58,7 @@ def test_line_endings_and_chunk_boundaries(size: int) -> None:
     network chunks; nothing else does (U+2028, U+0085, VT, FF stay in the data)."""
     body = "data: é\u2028x\x0b\x0c\u0085\r\n\r\ndata: two\r\rdata: three\n\n".encode()
     chunks = [body[i : i + size] for i in range(0, len(body), size)]
-    assert _decode(*chunks) == [
-        ("", "é\u2028x\x0b\x0c\u0085"), ("", "two"), ("", "three")]
+    assert _decode(*chunks) == [("", "é\u2028x\x0b\x0c\u0085"), ("", "two"), ("", "three")]
 
 
 def test_a_last_event_without_its_blank_line_is_dispatched() -> None:
@@ -81,12 +82,24 @@ async def test_iter_sse() -> None:
 @pytest.mark.parametrize(
     ("status", "outcome"),
     [
-        (400, ("failed", True)), (401, ("auth", False)), (402, ("failed", False)),
-        (403, ("failed", False)), (404, ("failed", True)), (405, ("failed", True)),
-        (408, ("timeout", False)), (409, ("timeout", False)), (413, ("failed", True)),
-        (418, ("failed", False)), (422, ("failed", True)), (425, ("timeout", False)),
-        (429, ("timeout", False)), (500, ("timeout", False)), (502, ("timeout", False)),
-        (503, ("timeout", False)), (504, ("timeout", False)), (529, ("timeout", False)),
+        (400, ("failed", True)),
+        (401, ("auth", False)),
+        (402, ("failed", False)),
+        (403, ("failed", False)),
+        (404, ("failed", True)),
+        (405, ("failed", True)),
+        (408, ("timeout", False)),
+        (409, ("timeout", False)),
+        (413, ("failed", True)),
+        (418, ("failed", False)),
+        (422, ("failed", True)),
+        (425, ("timeout", False)),
+        (429, ("timeout", False)),
+        (500, ("timeout", False)),
+        (502, ("timeout", False)),
+        (503, ("timeout", False)),
+        (504, ("timeout", False)),
+        (529, ("timeout", False)),
         (302, ("failed", False)),
     ],
 )
@@ -113,8 +126,10 @@ def test_retry_after_forms() -> None:
     ("body", "text"),
     [
         (b'{"error": {"message": "Bad key", "type": "invalid_request_error"}}', "Bad key"),
-        (b'{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}',
-         "overloaded_error: Overloaded"),
+        (
+            b'{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}',
+            "overloaded_error: Overloaded",
+        ),
         (b'{"error": "model not found"}', "model not found"),
         (b'{"detail": "Not Found"}', "Not Found"),
         (b'{"error": {"type": "server_error"}}', "server_error"),
@@ -137,23 +152,35 @@ def test_transport_outcomes() -> None:
 
     wrapped = httpx.ReadError("")
     wrapped.__cause__ = ConnectionResetError(104, "Connection reset by peer")
-    assert outcome(wrapped) == ("timeout", "p: connection lost: [Errno 104] Connection reset by peer")
+    assert outcome(wrapped) == (
+        "timeout",
+        "p: connection lost: [Errno 104] Connection reset by peer",
+    )
     assert outcome(httpx.ConnectError("refused")) == ("timeout", "p: cannot connect: refused")
     assert outcome(httpx.ReadTimeout("")) == ("timeout", "p: read timeout")
     assert outcome(httpx.RemoteProtocolError("peer closed")) == (
-        "timeout", "p: connection lost: peer closed")
+        "timeout",
+        "p: connection lost: peer closed",
+    )
     assert outcome(httpx.UnsupportedProtocol("ftp://x")) == (
-        "failed", "p: unsupported protocol: ftp://x")
+        "failed",
+        "p: unsupported protocol: ftp://x",
+    )
     assert outcome(ValueError("KEY leaked")) == ("failed", "p: ValueError: [redacted] leaked")
 
 
 @pytest.mark.parametrize(
     ("kind", "status", "permanent"),
     [
-        ("overloaded_error", "timeout", False), ("rate_limit_error", "timeout", False),
-        ("api_error", "timeout", False), ("authentication_error", "auth", False),
-        ("invalid_request_error", "failed", True), ("permission_error", "failed", False),
-        ("502", "timeout", False), ("server_error", "failed", False), (None, "failed", False),
+        ("overloaded_error", "timeout", False),
+        ("rate_limit_error", "timeout", False),
+        ("api_error", "timeout", False),
+        ("authentication_error", "auth", False),
+        ("invalid_request_error", "failed", True),
+        ("permission_error", "failed", False),
+        ("502", "timeout", False),
+        ("server_error", "failed", False),
+        (None, "failed", False),
     ],
 )
 def test_stream_errors_share_the_table(kind: str | None, status: str, permanent: bool) -> None:
@@ -179,16 +206,24 @@ def test_allocator_suffixes_reused_ids() -> None:
 
 def test_allocator_is_seeded_from_the_context() -> None:
     ids = ToolCallIds()
-    ids.seed([b.user_text("x"), b.tool_call("read", "{}", "read"),
-              b.tool_call_output("read#3", "y")])
+    ids.seed(
+        [b.user_text("x"), b.tool_call("read", "{}", "read"), b.tool_call_output("read#3", "y")]
+    )
     assert "read" in ids and "read#3" in ids and len(ids) == 2
     assert [ids.allocate("read") for _ in range(3)] == ["read#2", "read#4", "read#5"]
 
 
 @pytest.mark.parametrize(
     ("given", "sent"),
-    [("read#2", "read"), ("read#12", "read"), ("read", "read"), ("a#b", "a#b"),
-     ("x#2#3", "x#2"), ("call_1", "call_1"), ("#5", "")],
+    [
+        ("read#2", "read"),
+        ("read#12", "read"),
+        ("read", "read"),
+        ("a#b", "a#b"),
+        ("x#2#3", "x#2"),
+        ("call_1", "call_1"),
+        ("#5", ""),
+    ],
 )
 def test_strip_suffix(given: str, sent: str) -> None:
     assert strip_suffix(given) == sent

@@ -1001,15 +1001,26 @@ async def test_reused_default_ids_get_a_suffix_r_run_20() -> None:
     from engine.llm import ScriptedEnvironment, ScriptedLLM
     from eventstore import builders as bb
 
-    script = {"responses": [[{"tool_call": {"name": "t", "arguments": {},
-                                            "result": {"output": "served"}}}]],
-              "tools": [{"name": "t", "description": "d"}]}
+    script = {
+        "responses": [
+            [{"tool_call": {"name": "t", "arguments": {}, "result": {"output": "served"}}}]
+        ],
+        "tools": [{"name": "t", "description": "d"}],
+    }
     llm = ScriptedLLM(script)
     history = [bb.tool_call("t", "{}", "call_1_1"), bb.tool_call("t", "{}", "call_1_1#2")]
-    request = LLMRequest(system_prompt="", tools=[], messages=history, new_messages=0,
-                         thinking_level=None, signal=AbortSignal())
+    request = LLMRequest(
+        system_prompt="",
+        tools=[],
+        messages=history,
+        new_messages=0,
+        thinking_level=None,
+        signal=AbortSignal(),
+    )
     items = [m async for m in llm.stream(request)]
-    calls = [m for m in items if isinstance(m, OmniMessage) and isinstance(m.payload, ToolCallPayload)]
+    calls = [
+        m for m in items if isinstance(m, OmniMessage) and isinstance(m.payload, ToolCallPayload)
+    ]
     assert [c.payload.tool_call_id for c in calls] == ["call_1_1#3"]  # type: ignore[union-attr]
     env = ScriptedEnvironment.from_llm(llm)
     out = [m async for m in env.execute(calls[0], signal=AbortSignal(), approve=None)]

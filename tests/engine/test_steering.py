@@ -28,8 +28,10 @@ PNG = "data:image/png;base64,iVBORw0KGgo="
 async def test_steer_during_tool_run_lands_after_outputs(env: Env) -> None:
     """R-STEER-4/5/7, INV-13: delivered after the turn's outputs, yielded and recorded."""
     gated = GatedEnvironment()
-    script = {"responses": [[{"tool_call": {"name": "t", "arguments": {}, "id": "a"}}],
-                            [{"text": "ok"}]], "tools": TOOLS}
+    script = {
+        "responses": [[{"tool_call": {"name": "t", "arguments": {}, "id": "a"}}], [{"text": "ok"}]],
+        "tools": TOOLS,
+    }
     session, llm = await make_session(env, script, environment=gated)
 
     async def on(msg: OmniMessage) -> None:
@@ -53,7 +55,9 @@ async def test_steer_without_tool_calls_continues_the_task(env: Env) -> None:
         stream = await collect(session.run([b.user_text("go")]))
         check_trace(session, stream)
     assert len(llm.requests) == 2
-    assert texts(llm.requests[1].messages)[-1] == "[user_steering]\none more thing\n[/user_steering]"
+    assert (
+        texts(llm.requests[1].messages)[-1] == "[user_steering]\none more thing\n[/user_steering]"
+    )
     assert llm.requests[1].new_messages == 1
 
 
@@ -72,8 +76,10 @@ async def test_steer_after_run_is_false_and_blank_is_ignored(env: Env) -> None:
 async def test_steering_discarded_on_abort(env: Env) -> None:
     """R-CARRY-11: queued steering never delivered is discarded, never written."""
     gated = GatedEnvironment()
-    script = {"responses": [[{"tool_call": {"name": "t", "arguments": {}, "id": "a"}}],
-                            [{"text": "ok"}]], "tools": TOOLS}
+    script = {
+        "responses": [[{"tool_call": {"name": "t", "arguments": {}, "id": "a"}}], [{"text": "ok"}]],
+        "tools": TOOLS,
+    }
     session, llm = await make_session(env, script, environment=gated)
     signal = AbortSignal()
 
@@ -83,8 +89,9 @@ async def test_steering_discarded_on_abort(env: Env) -> None:
             signal.abort()
 
     async with session:
-        stream = await collect(session.run([b.user_text("go")], approve=allow_all, signal=signal),
-                               on=on)
+        stream = await collect(
+            session.run([b.user_text("go")], approve=allow_all, signal=signal), on=on
+        )
         records = check_trace(session, stream)
         await collect(session.run([b.user_text("next")]))
     assert "lost" not in " ".join(texts(records))
@@ -94,7 +101,11 @@ async def test_steering_discarded_on_abort(env: Env) -> None:
 async def test_steering_image_folded_without_vision(env: Env) -> None:
     """R-STEER-6, R-IMG-1/2: images land as path lines inside the block."""
     gated = GatedEnvironment()
-    script = {"tools": TOOLS, "responses": [[{"tool_call": {"name": "t", "arguments": {}, "id": "a"}}], [{"text": "b"}]], "vision": False}
+    script = {
+        "tools": TOOLS,
+        "responses": [[{"tool_call": {"name": "t", "arguments": {}, "id": "a"}}], [{"text": "b"}]],
+        "vision": False,
+    }
     session, llm = await make_session(env, script, environment=gated)
 
     async def on(msg: OmniMessage) -> None:
@@ -116,7 +127,10 @@ async def test_steering_image_folded_without_vision(env: Env) -> None:
 async def test_steering_image_kept_with_vision(env: Env) -> None:
     """R-IMG-5, R-STEER-5: a vision model gets the image after the block."""
     gated = GatedEnvironment()
-    script = {"tools": TOOLS, "responses": [[{"tool_call": {"name": "t", "arguments": {}, "id": "a"}}], [{"text": "b"}]]}
+    script = {
+        "tools": TOOLS,
+        "responses": [[{"tool_call": {"name": "t", "arguments": {}, "id": "a"}}], [{"text": "b"}]],
+    }
     session, llm = await make_session(env, script, environment=gated)
 
     async def on(msg: OmniMessage) -> None:
@@ -137,17 +151,26 @@ async def test_prompt_images_folded_before_writing(env: Env) -> None:
     script = {"responses": [[{"text": "seen"}]], "vision": False}
     session, llm = await make_session(env, script)
     async with session:
-        stream = await collect(session.run([b.user_text("what is this?"), b.image_url(PNG),
-                                            b.image_url("https://x.test/a.png"),
-                                            b.image_url("ftp://nope")]))
+        stream = await collect(
+            session.run(
+                [
+                    b.user_text("what is this?"),
+                    b.image_url(PNG),
+                    b.image_url("https://x.test/a.png"),
+                    b.image_url("ftp://nope"),
+                ]
+            )
+        )
         records = check_trace(session, stream)
     sent = texts(llm.requests[0].messages)
     assert len(sent) == 1
     lines = sent[0].split("\n")
     assert lines[0] == "what is this?" and lines[1] == ""
     assert lines[2].startswith("[attached image: /")
-    assert lines[3:] == ["[attached image: https://x.test/a.png]",
-                         "[an attached image could not be saved and was dropped]"]
+    assert lines[3:] == [
+        "[attached image: https://x.test/a.png]",
+        "[an attached image could not be saved and was dropped]",
+    ]
     assert not any(isinstance(r.payload, ImageUrlPayload) for r in records)
 
 
@@ -159,8 +182,9 @@ async def test_steering_during_compaction_delivered_after(env: Env) -> None:
         [{"steer": "after compaction"}, {"text": "[summary]all good[/summary]"}],
         [{"text": "continuing"}],
     ]
-    session, llm = await make_session(env, script,
-                                      compaction=CompactionSettings(max_context_length=500))
+    session, llm = await make_session(
+        env, script, compaction=CompactionSettings(max_context_length=500)
+    )
     async with session:
         stream = await collect(session.run([b.user_text("go")]))
         check_trace(session, stream)
@@ -171,7 +195,11 @@ async def test_steering_during_compaction_delivered_after(env: Env) -> None:
         "[user_steering]\nafter compaction\n[/user_steering]",
     ]
     assert kinds(complete(stream))[-5:] == [
-        "text", "request_begin", "text", "token_usage", "request_end"
+        "text",
+        "request_begin",
+        "text",
+        "token_usage",
+        "request_end",
     ]
     assert isinstance(complete(stream)[-5].payload, TextPayload)
 
@@ -180,8 +208,14 @@ async def test_failed_steering_fold_raises_out_of_run(env: Env, tmp_path: Path) 
     """R-STEER-6: a fold that fails ends the run by raising its error; no abort event and no
     further request."""
     gated = GatedEnvironment()
-    script = {"tools": TOOLS, "vision": False, "responses": [
-        [{"tool_call": {"name": "t", "arguments": {}, "id": "a"}}], [{"text": "never"}]]}
+    script = {
+        "tools": TOOLS,
+        "vision": False,
+        "responses": [
+            [{"tool_call": {"name": "t", "arguments": {}, "id": "a"}}],
+            [{"text": "never"}],
+        ],
+    }
     session, llm = await make_session(env, script, environment=gated)
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("x")

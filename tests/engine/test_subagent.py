@@ -94,8 +94,14 @@ class Children:
 
     def runner(self, env: Env, **options: Any) -> SessionSubagentRunner:
         return SessionSubagentRunner(
-            self.llm, root=env.root, workspace=env.workspace, on_child=self.sessions.append,
-            compaction=None, retry=RETRY, system_prompt="You are a subagent.", **options,
+            self.llm,
+            root=env.root,
+            workspace=env.workspace,
+            on_child=self.sessions.append,
+            compaction=None,
+            retry=RETRY,
+            system_prompt="You are a subagent.",
+            **options,
         )
 
 
@@ -119,7 +125,11 @@ async def resumed_request(
 ) -> LLMRequest:
     llm = ScriptedLLM([FINAL])
     resumed = await resume_session(
-        DataRoot(home), session_id, llm=llm, environment=environment, compaction=None,
+        DataRoot(home),
+        session_id,
+        llm=llm,
+        environment=environment,
+        compaction=None,
         retry=RETRY,
     )
     async with resumed:
@@ -130,8 +140,10 @@ async def resumed_request(
 
 def output_of(msgs: list[OmniMessage], cid: str) -> OmniMessage:
     found = [
-        m for m in msgs
-        if isinstance(m.payload, ToolCallOutputPayload) and m.payload.tool_call_id == cid
+        m
+        for m in msgs
+        if isinstance(m.payload, ToolCallOutputPayload)
+        and m.payload.tool_call_id == cid
         and not m.is_partial
     ]
     assert len(found) == 1, f"{len(found)} outputs for {cid}"
@@ -170,19 +182,31 @@ async def test_child_runs_concurrent_tools_and_stays_out_of_the_parent(
     arrived = {"x": anyio.Event(), "y": anyio.Event()}
     child_tools: list[Tool[Any]] = [write_file_tool(), read_file_tool(), meet_tool(arrived)]
     child_script = [
-        [{"tool_call": {"name": "write_file", "arguments": {"path": "a.txt", "content": "A"},
-                        "id": "c1"}},
-         {"tool_call": {"name": "meet", "arguments": {"name": "x"}, "id": "c2"}},
-         {"tool_call": {"name": "meet", "arguments": {"name": "y"}, "id": "c3"}}],
+        [
+            {
+                "tool_call": {
+                    "name": "write_file",
+                    "arguments": {"path": "a.txt", "content": "A"},
+                    "id": "c1",
+                }
+            },
+            {"tool_call": {"name": "meet", "arguments": {"name": "x"}, "id": "c2"}},
+            {"tool_call": {"name": "meet", "arguments": {"name": "y"}, "id": "c3"}},
+        ],
         [{"text": "Wrote "}, {"text": "a.txt; x and y met."}],
     ]
     children = Children(child_script)
     runner = children.runner(
-        env, environment_factory=lambda r: LocalEnvironment(env.workspace, tools=child_tools,
-                                                            subagents=r),
+        env,
+        environment_factory=lambda r: LocalEnvironment(
+            env.workspace, tools=child_tools, subagents=r
+        ),
     )
-    parent_script = [[{"text": "Delegating."}, spawn("write a.txt, then meet")],
-                     [{"text": "All done."}], FINAL]
+    parent_script = [
+        [{"text": "Delegating."}, spawn("write a.txt, then meet")],
+        [{"text": "All done."}],
+        FINAL,
+    ]
     parent_env = LocalEnvironment(env.workspace, tools=[], subagents=runner)
     parent, parent_llm = await make_session(env, parent_script, environment=parent_env)
     seen: list[OmniMessage] = []
@@ -207,8 +231,11 @@ async def test_child_runs_concurrent_tools_and_stays_out_of_the_parent(
         assert first.type == "session_meta"
         assert isinstance(first.payload, SessionMetaPayload)
         assert first.payload.session_id == cid and first.payload.source == "subagent"
-        call_at = next(i for i, m in enumerate(stream)
-                       if isinstance(m.payload, ToolCallPayload) and not m.is_partial)
+        call_at = next(
+            i
+            for i, m in enumerate(stream)
+            if isinstance(m.payload, ToolCallPayload) and not m.is_partial
+        )
         out_at = stream.index(output_of(stream, "p1"))
         assert call_at < tagged[0] and tagged[-1] < out_at
         child_kinds = kinds([stream[i] for i in tagged if not stream[i].is_partial])
@@ -224,7 +251,10 @@ async def test_child_runs_concurrent_tools_and_stays_out_of_the_parent(
 
         # R-SUB-5: one approve policy; the child's calls arrive tagged with the child's id.
         assert [(m.payload.tool_call_id, m.origin) for m in seen] == [  # type: ignore[union-attr]
-            ("p1", None), ("c1", [cid]), ("c2", [cid]), ("c3", [cid])
+            ("p1", None),
+            ("c1", [cid]),
+            ("c2", [cid]),
+            ("c3", [cid]),
         ]
 
         # R-SUB-2/3: the parent trace holds the pointer only, once.
@@ -232,8 +262,9 @@ async def test_child_runs_concurrent_tools_and_stays_out_of_the_parent(
         assert pointers(parent_records) == [cid]
         assert all(r.origin is None for r in parent_records)
         child_ids = {"c1", "c2", "c3"}
-        assert not [r for r in parent_records
-                    if getattr(r.payload, "tool_call_id", None) in child_ids]
+        assert not [
+            r for r in parent_records if getattr(r.payload, "tool_call_id", None) in child_ids
+        ]
         # ... and the parent's next request holds none of the child's messages.
         follow_up = parent_llm.requests[1].messages
         assert kinds(follow_up) == ["text", "text", "tool_call", "tool_call_output"]
@@ -245,8 +276,9 @@ async def test_child_runs_concurrent_tools_and_stays_out_of_the_parent(
         assert isinstance(meta, SessionMetaPayload) and meta.source == "subagent"
         assert meta.workspace == str(env.workspace.resolve())
         assert meta.system_prompt == "You are a subagent."
-        assert [f for f in validate_session(env.root.trace_files(cid))
-                if f.severity == "error"] == []
+        assert [
+            f for f in validate_session(env.root.trace_files(cid)) if f.severity == "error"
+        ] == []
         assert pointers(child_records) == []
         assert_requests_paired(children.llms[0].requests)
         # The default depth cap: the child is not offered run_subagent at all.
@@ -258,8 +290,9 @@ async def test_child_runs_concurrent_tools_and_stays_out_of_the_parent(
             await collect(parent.run([prompt], approve=approve))
         live = parent_llm.requests[-1]
 
-    resumed = await resumed_request(copy, parent.id, prompt,
-                                    LocalEnvironment(env.workspace, tools=[], subagents=runner))
+    resumed = await resumed_request(
+        copy, parent.id, prompt, LocalEnvironment(env.workspace, tools=[], subagents=runner)
+    )
     assert resumed.messages == live.messages
     assert resumed.new_messages == live.new_messages
     assert resumed.tools == live.tools
@@ -306,8 +339,7 @@ async def abort_scenario(
             async with anyio.create_task_group() as tg:
                 if gated is not None:
                     tg.start_soon(abort_when_started)
-                async for msg in parent.run([b.user_text("go")], approve=allow_all,
-                                            signal=signal):
+                async for msg in parent.run([b.user_text("go")], approve=allow_all, signal=signal):
                     stream.append(msg)
                     cid = children.sessions[0].id if children.sessions else None
                     if fire is not None and fire(msg, cid):
@@ -319,8 +351,11 @@ async def abort_scenario(
 
         # Both runs end with their own abort; the child's is forwarded before the parent's output.
         assert isinstance(stream[-1].payload, AbortPayload) and stream[-1].origin is None
-        child_abort = [i for i, m in enumerate(stream)
-                       if isinstance(m.payload, AbortPayload) and m.origin == [child.id]]
+        child_abort = [
+            i
+            for i, m in enumerate(stream)
+            if isinstance(m.payload, AbortPayload) and m.origin == [child.id]
+        ]
         assert len(child_abort) == 1
         assert child_abort[0] < stream.index(output_of(stream, "p1"))
         child_records = trace_records(child)
@@ -329,16 +364,19 @@ async def abort_scenario(
 
         # Parent: case A (R-CARRY-3) with the run_subagent call's real, aborted output.
         carry = parent.context.pending
-        assert [(m.payload.tool_call_id, m.payload.output, stop_reason_of(m))  # type: ignore[union-attr]
-                for m in carry] == [("p1", ABORTED, "aborted")]
+        assert [
+            (m.payload.tool_call_id, m.payload.output, stop_reason_of(m))  # type: ignore[union-attr]
+            for m in carry
+        ] == [("p1", ABORTED, "aborted")]
 
         copy = snapshot(env, tmp_path)
         child_messages, child_new = live_child_request(child, prompt)
         await collect(parent.run([prompt], approve=allow_all))
         live = parent_llm.requests[-1]
 
-    resumed = await resumed_request(copy, parent.id, prompt,
-                                    LocalEnvironment(env.workspace, tools=[], subagents=runner))
+    resumed = await resumed_request(
+        copy, parent.id, prompt, LocalEnvironment(env.workspace, tools=[], subagents=runner)
+    )
     assert resumed.messages == live.messages
     assert resumed.new_messages == live.new_messages
     child_environment: Environment = (
@@ -354,15 +392,18 @@ async def test_abort_while_child_tool_runs(env: Env, tmp_path: Path) -> None:
     """R-CARRY-1/3 in both sessions: the child's committed call gets its aborted output (child
     case A), the parent's run_subagent call its aborted output (parent case A)."""
     gated = GatedEnvironment()
-    child_script = {"responses": [[{"tool_call": {"name": "t", "arguments": {}, "id": "c1"}}],
-                                  FINAL],
-                    "tools": [{"name": "t", "description": "test tool"}]}
+    child_script = {
+        "responses": [[{"tool_call": {"name": "t", "arguments": {}, "id": "c1"}}], FINAL],
+        "tools": [{"name": "t", "description": "test tool"}],
+    }
     _, _, child = await abort_scenario(
         env, tmp_path, child_script, child_env=lambda _r: gated, gated=gated
     )
     assert gated.closed  # the child's environment was closed with the child
-    assert [(m.payload.tool_call_id, m.payload.output, stop_reason_of(m))  # type: ignore[union-attr]
-            for m in child.context.pending] == [("c1", ABORTED, "aborted")]
+    assert [
+        (m.payload.tool_call_id, m.payload.output, stop_reason_of(m))  # type: ignore[union-attr]
+        for m in child.context.pending
+    ] == [("c1", ABORTED, "aborted")]
 
 
 async def test_abort_while_child_llm_streams(env: Env, tmp_path: Path) -> None:
@@ -371,11 +412,13 @@ async def test_abort_while_child_llm_streams(env: Env, tmp_path: Path) -> None:
     child_script = [[{"text": "thinking about it"}, {"sleep_ms": 60000}, {"text": "never"}]]
 
     def fire(msg: OmniMessage, cid: str | None) -> bool:
-        return (msg.origin == [cid] and isinstance(msg.payload, TextPayload)
-                and not msg.is_partial)
+        return msg.origin == [cid] and isinstance(msg.payload, TextPayload) and not msg.is_partial
 
     _, _, child = await abort_scenario(
-        env, tmp_path, child_script, fire=fire,
+        env,
+        tmp_path,
+        child_script,
+        fire=fire,
         child_env=lambda _r: ScriptedEnvironment(child_script),
     )
     carry = child.context.pending
@@ -392,7 +435,8 @@ async def run_parent(
     env: Env, runner: SessionSubagentRunner, *, prompt: str = "go", open_runner: bool = True
 ) -> tuple[Session, list[OmniMessage]]:
     parent, _ = await make_session(
-        env, [[spawn("nested work")], FINAL],
+        env,
+        [[spawn("nested work")], FINAL],
         environment=LocalEnvironment(env.workspace, tools=[], subagents=runner),
     )
     async with parent:
@@ -426,8 +470,10 @@ async def test_depth_cap_holds_even_if_the_child_environment_offers_the_tool(env
     children = Children([[spawn("grandchild work", "c1")], [{"text": "could not nest"}]])
     holder: list[SessionSubagentRunner] = []
     runner = children.runner(
-        env, environment_factory=lambda _r: LocalEnvironment(env.workspace, tools=[],
-                                                             subagents=holder[0]),
+        env,
+        environment_factory=lambda _r: LocalEnvironment(
+            env.workspace, tools=[], subagents=holder[0]
+        ),
     )
     holder.append(runner)
     _, stream = await run_parent(env, runner)
@@ -442,8 +488,10 @@ async def test_depth_cap_holds_even_if_the_child_environment_offers_the_tool(env
 async def test_nesting_to_depth_two_prepends_origin(env: Env) -> None:
     """R-MSG-4, R-SUB-1/3: a grandchild's messages reach the top stream with origin
     [child, grandchild]; each trace points only at its direct child."""
-    children = Children([[spawn("grandchild work", "c1")], [{"text": "child done"}]],
-                        [[{"text": "grandchild done"}]])
+    children = Children(
+        [[spawn("grandchild work", "c1")], [{"text": "child done"}]],
+        [[{"text": "grandchild done"}]],
+    )
     parent, stream = await run_parent(env, children.runner(env, max_depth=2))
     child, grandchild = children.sessions
     origins = {tuple(m.origin) for m in stream if m.origin is not None}
@@ -511,8 +559,11 @@ async def test_tool_reports_the_runner_outcome(env: Env) -> None:
     cases = [
         (SubagentOutcome(session_id="kid", status="completed", answer="42"), "42", "completed"),
         (SubagentOutcome(session_id="kid", status="aborted"), ABORTED, "aborted"),
-        (SubagentOutcome(session_id="kid", status="failed", error="boom"),
-         "[tool error] subagent kid failed: boom", "failed"),
+        (
+            SubagentOutcome(session_id="kid", status="failed", error="boom"),
+            "[tool error] subagent kid failed: boom",
+            "failed",
+        ),
     ]
     for outcome, text, status in cases:
         fake = Fake(outcome)
@@ -561,12 +612,15 @@ async def test_leaving_the_parent_stream_aborts_the_child(env: Env) -> None:
     """R-CARRY-2, R-CONC-3: breaking out of the parent's stream aborts the child through the
     same signal path; both traces end with their abort and no child task outlives the call."""
     gated = GatedEnvironment()
-    child_script = {"responses": [[{"tool_call": {"name": "t", "arguments": {}, "id": "c1"}}]],
-                    "tools": [{"name": "t", "description": "test tool"}]}
+    child_script = {
+        "responses": [[{"tool_call": {"name": "t", "arguments": {}, "id": "c1"}}]],
+        "tools": [{"name": "t", "description": "test tool"}],
+    }
     children = Children(child_script)
     runner = children.runner(env, environment_factory=lambda _r: gated)
     parent, _ = await make_session(
-        env, [[spawn("wait")]],
+        env,
+        [[spawn("wait")]],
         environment=LocalEnvironment(env.workspace, tools=[], subagents=runner),
     )
     async with runner, parent:

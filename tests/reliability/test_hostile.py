@@ -228,7 +228,7 @@ VALIDATE_PASSES = {"base", "truncated", "escapes_everywhere"}
 def _cli(args: list[str], home: Path) -> tuple[int, str]:
     from typer.testing import CliRunner
 
-    from replay._cli import app
+    from penguin.cli._cli import app
 
     result = CliRunner().invoke(app, ["--home", str(home), *args])
     if result.exception is not None and not isinstance(result.exception, SystemExit):

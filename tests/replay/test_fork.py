@@ -77,8 +77,10 @@ async def two_task_session(env: Env, *, system_prompt: str = "You are careful.")
     """Task 1: a tool turn then the reply ``one``; task 2: the reply ``two``."""
     script = {
         "responses": [
-            [{"text": "looking"},
-             {"tool_call": {"name": "t", "arguments": {}, "id": "a", "result": {"output": "x"}}}],
+            [
+                {"text": "looking"},
+                {"tool_call": {"name": "t", "arguments": {}, "id": "a", "result": {"output": "x"}}},
+            ],
             [{"text": "one"}],
             [{"text": "two"}],
         ],
@@ -97,7 +99,10 @@ async def first_request(
 ) -> LLMRequest:
     llm = ScriptedLLM({"responses": [[{"text": "fine"}]], "tools": TOOLS})
     resumed = await resume_session(
-        DataRoot(home), session_id, llm=llm, environment=ScriptedEnvironment.from_llm(llm),
+        DataRoot(home),
+        session_id,
+        llm=llm,
+        environment=ScriptedEnvironment.from_llm(llm),
         compaction=None,
     )
     async with resumed:
@@ -114,8 +119,13 @@ def write_trace(path: Path, records: list[OmniMessage]) -> None:
 
 def meta(sid: str, **kw: Any) -> OmniMessage:
     fields: dict[str, Any] = {
-        "session_id": sid, "provider": "p", "model_id": "m", "model_context_window": 1000,
-        "system_prompt": "sys", "agent_state": "/a", "workspace": "/w",
+        "session_id": sid,
+        "provider": "p",
+        "model_id": "m",
+        "model_context_window": 1000,
+        "system_prompt": "sys",
+        "agent_state": "/a",
+        "workspace": "/w",
     }
     fields.update(kw)
     return b.session_meta(**fields)
@@ -131,13 +141,17 @@ def manual_path(home: Path, index: int = 1, sid: str = SID) -> Path:
 # --------------------------------------------------------------------------- the happy path
 
 
-async def test_fork_cuts_after_the_task_and_resumes_like_the_source(env: Env, tmp_path: Path) -> None:
+async def test_fork_cuts_after_the_task_and_resumes_like_the_source(
+    env: Env, tmp_path: Path
+) -> None:
     """R-FORK-3/6/9: the fork ends with the task's closing records, excludes the next task,
     and its first request equals the one the source sent after that task."""
     script = {
         "responses": [
-            [{"text": "looking"},
-             {"tool_call": {"name": "t", "arguments": {}, "id": "a", "result": {"output": "x"}}}],
+            [
+                {"text": "looking"},
+                {"tool_call": {"name": "t", "arguments": {}, "id": "a", "result": {"output": "x"}}},
+            ],
             [{"text": "one"}],
             [{"text": "two"}],
         ],
@@ -166,7 +180,10 @@ async def test_fork_cuts_after_the_task_and_resumes_like_the_source(env: Env, tm
     assert isinstance(forked[-1].payload, RequestEndPayload)
     assert forked[1:] == src[1:cut]  # everything but the session_meta is copied unchanged
     # The raw bytes of every copied record after session_meta are identical.
-    assert fork_file.read_bytes().split(b"\n")[1:] == [*source.read_bytes().split(b"\n")[1:cut], b""]
+    assert fork_file.read_bytes().split(b"\n")[1:] == [
+        *source.read_bytes().split(b"\n")[1:cut],
+        b"",
+    ]
     assert isinstance(src[cut].payload, TextPayload) and src[cut].payload.text == "second"
     assert all(f.severity != "error" for f in validate_session([fork_file]))
 
@@ -190,8 +207,11 @@ async def test_fork_and_source_evolve_independently(env: Env) -> None:
     fork_bytes = root.trace_files(new_id)[0].read_bytes()
     await first_request(env.home, sid, env.workspace, b.user_text("on the source"))
     assert root.trace_files(new_id)[0].read_bytes() == fork_bytes
-    texts = [r.payload.text for r in records_of(root.trace_files(new_id)[0])
-             if isinstance(r.payload, TextPayload) and r.payload.role == "user"]
+    texts = [
+        r.payload.text
+        for r in records_of(root.trace_files(new_id)[0])
+        if isinstance(r.payload, TextPayload) and r.payload.role == "user"
+    ]
     assert texts == ["first", "on the fork"]
 
 
@@ -262,7 +282,10 @@ async def test_fork_in_a_later_file_copies_earlier_files_whole(env: Env) -> None
         assert isinstance(head, SessionMetaPayload) and head.session_id == new_id
     req = await first_request(env.home, new_id, env.workspace, b.user_text("c"))
     assert [m.payload.text for m in req.messages] == [  # type: ignore[union-attr]
-        "[context_summary]\nS1\n[/context_summary]", "b", "r2", "c"
+        "[context_summary]\nS1\n[/context_summary]",
+        "b",
+        "r2",
+        "c",
     ]
     state_src = validate_session(env.root.trace_files(new_id))
     assert all(f.severity != "error" for f in state_src)
@@ -280,17 +303,21 @@ def test_rewrite_session_meta_and_attachment_lines(tmp_path: Path) -> None:
     scratch = root.scratchpad(SID)
     resolved = Path(os.path.realpath(scratch.parent)) / SID
     data_url = "data:image/png;base64," + base64.b64encode(b"\x89PNG-bytes").decode()
-    attach = "\n".join([
-        "look at these",
-        f"[attached image: {resolved.as_posix()}/upload-1a2b3c4d.png]",
-        f"[attached file: {scratch.as_posix()}/docs/notes.txt]",
-        "[attached image: https://example.com/x.png]",
-        "[attached file: /elsewhere/notes.txt]",
-        f"inline mention {scratch.as_posix()}/y.txt stays",
-        f"[attached file: {scratch.as_posix()}-other/z.txt]",
-    ])
+    attach = "\n".join(
+        [
+            "look at these",
+            f"[attached image: {resolved.as_posix()}/upload-1a2b3c4d.png]",
+            f"[attached file: {scratch.as_posix()}/docs/notes.txt]",
+            "[attached image: https://example.com/x.png]",
+            "[attached file: /elsewhere/notes.txt]",
+            f"inline mention {scratch.as_posix()}/y.txt stays",
+            f"[attached file: {scratch.as_posix()}-other/z.txt]",
+        ]
+    )
     records = [
-        meta(SID, system_prompt=f"You are {SID}; files in {scratch.as_posix()}.", source="subagent"),
+        meta(
+            SID, system_prompt=f"You are {SID}; files in {scratch.as_posix()}.", source="subagent"
+        ),
         b.user_text(attach),
         b.image_url(data_url),
         b.request_begin(),
@@ -334,22 +361,42 @@ def test_rewrite_keeps_unknown_meta_keys(tmp_path: Path) -> None:
     home = tmp_path / "home"
     path = manual_path(home)
     path.parent.mkdir(parents=True)
-    line = msgspec.json.encode({
-        "timestamp": "2026-01-02T03:04:05.000Z", "type": "session_meta",
-        "payload": {"session_id": SID, "provider": "p", "model_id": "m",
-                    "model_context_window": "unknown", "system_prompt": "s",
-                    "agent_state": "/a", "workspace": "/w", "source": "webhook",
-                    "thinking_level": "high"},
-    })
-    rest = [b.user_text("hi"), b.request_begin(), b.assistant_text("yo"), b.request_end("completed")]
+    line = msgspec.json.encode(
+        {
+            "timestamp": "2026-01-02T03:04:05.000Z",
+            "type": "session_meta",
+            "payload": {
+                "session_id": SID,
+                "provider": "p",
+                "model_id": "m",
+                "model_context_window": "unknown",
+                "system_prompt": "s",
+                "agent_state": "/a",
+                "workspace": "/w",
+                "source": "webhook",
+                "thinking_level": "high",
+            },
+        }
+    )
+    rest = [
+        b.user_text("hi"),
+        b.request_begin(),
+        b.assistant_text("yo"),
+        b.request_end("completed"),
+    ]
     path.write_bytes(line + b"\n" + b"".join(msgspec.json.encode(r) + b"\n" for r in rest))
     new_id = fork_session(DataRoot(home), SID, at=(1, 3))
     first = DataRoot(home).trace_files(new_id)[0].read_bytes().split(b"\n")[0]
     obj = msgspec.json.decode(first)
     assert obj["payload"] == {
-        "session_id": new_id, "provider": "p", "model_id": "m",
-        "model_context_window": "unknown", "system_prompt": "s", "agent_state": "/a",
-        "workspace": "/w", "thinking_level": "high",
+        "session_id": new_id,
+        "provider": "p",
+        "model_id": "m",
+        "model_context_window": "unknown",
+        "system_prompt": "s",
+        "agent_state": "/a",
+        "workspace": "/w",
+        "thinking_level": "high",
     }
 
 
@@ -364,8 +411,11 @@ async def test_folded_image_follows_the_fork(env: Env) -> None:
         await collect(session.run([b.user_text("see"), b.image_url(url)], approve=allow_all))
     source = env.root.trace_files(session.id)[0]
     new_id = fork_session(env.root, session.id, at=(1, ordinal_of(source, "seen")))
-    user = next(r.payload for r in records_of(env.root.trace_files(new_id)[0])
-                if isinstance(r.payload, TextPayload) and r.payload.role == "user")
+    user = next(
+        r.payload
+        for r in records_of(env.root.trace_files(new_id)[0])
+        if isinstance(r.payload, TextPayload) and r.payload.role == "user"
+    )
     line = user.text.split("\n")[-1]
     assert line.startswith("[attached image: ") and new_id in line and session.id not in line
     copied = Path(line.removeprefix("[attached image: ").removesuffix("]"))
@@ -503,8 +553,9 @@ async def test_locked_by_another_process(env: Env) -> None:
         "print('ready', flush=True)\n"
         "sys.stdin.read()\n"
     )
-    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
         source = env.root.trace_files(sid)[0]
@@ -548,12 +599,17 @@ def reject(home: Path, records: list[OmniMessage], at: tuple[int, int], match: s
 
 
 def task(prompt: str, reply: str) -> list[OmniMessage]:
-    return [b.user_text(prompt), b.request_begin(), b.assistant_text(reply),
-            b.request_end("completed")]
+    return [
+        b.user_text(prompt),
+        b.request_begin(),
+        b.assistant_text(reply),
+        b.request_end("completed"),
+    ]
 
 
-@pytest.mark.parametrize("at", [(0, 3), (1, -1), (True, 3), ("1", 3), (1.0, 3), (1,), (1, 2, 3),
-                                "13", None])
+@pytest.mark.parametrize(
+    "at", [(0, 3), (1, -1), (True, 3), ("1", 3), (1.0, 3), (1,), (1, 2, 3), "13", None]
+)
 def test_malformed_positions(tmp_path: Path, at: Any) -> None:
     """R-FORK-1: a coordinate is two ints, file index from 1, ordinal from 0."""
     reject(tmp_path / "home", [meta(SID), *task("a", "A")], at, "invalid fork point")
@@ -584,27 +640,45 @@ def test_missing_file_and_ordinal_out_of_range(tmp_path: Path) -> None:
 )
 def test_named_record_must_be_an_assistant_text(tmp_path: Path, ordinal: int, what: str) -> None:
     """R-FORK-2: only a complete assistant text can be named."""
-    reject(tmp_path / "home", [meta(SID), *task("a", "A")], (1, ordinal),
-           "not a complete assistant text")
+    reject(
+        tmp_path / "home",
+        [meta(SID), *task("a", "A")],
+        (1, ordinal),
+        "not a complete assistant text",
+    )
 
 
 def test_blank_or_incomplete_reply_rejected(tmp_path: Path) -> None:
     """R-FORK-2: blank text and partial messages are not replies."""
-    records = [meta(SID), b.user_text("a"), b.request_begin(), b.assistant_text("  \n "),
-               b.request_end("completed")]
+    records = [
+        meta(SID),
+        b.user_text("a"),
+        b.request_begin(),
+        b.assistant_text("  \n "),
+        b.request_end("completed"),
+    ]
     reject(tmp_path / "h1", records, (1, 3), "non-blank")
-    records = [meta(SID), b.user_text("a"), b.request_begin(), b.thinking("hmm"),
-               b.request_end("completed")]
+    records = [
+        meta(SID),
+        b.user_text("a"),
+        b.request_begin(),
+        b.thinking("hmm"),
+        b.request_end("completed"),
+    ]
     reject(tmp_path / "h2", records, (1, 3), "not a complete assistant text")
 
 
 def test_reply_inside_a_compaction_span_rejected(tmp_path: Path) -> None:
     """R-FORK-2: the summary a compaction request wrote is not a task's reply."""
     records = [
-        meta(SID), *task("a", "A"),
+        meta(SID),
+        *task("a", "A"),
         b.compaction_begin("manual", "summarize", context=10, turns=1),
-        b.user_text("SUMMARIZE"), b.request_begin(), b.assistant_text("[summary]s[/summary]"),
-        b.request_end("completed"), b.compaction_end("manual", "summarize", "completed", attempt=1),
+        b.user_text("SUMMARIZE"),
+        b.request_begin(),
+        b.assistant_text("[summary]s[/summary]"),
+        b.request_end("completed"),
+        b.compaction_end("manual", "summarize", "completed", attempt=1),
     ]
     reject(tmp_path / "home", records, (1, 8), "inside a compaction span")
 
@@ -612,9 +686,16 @@ def test_reply_inside_a_compaction_span_rejected(tmp_path: Path) -> None:
 def test_reply_that_is_not_the_last_of_its_task_rejected(tmp_path: Path) -> None:
     """R-FORK-3: text before tool calls, with another reply later in the same task."""
     records = [
-        meta(SID), b.user_text("a"), b.request_begin(), b.assistant_text("let me look"),
-        b.tool_call("t", {}, "c1"), b.request_end("completed"), b.tool_call_output("c1", "x"),
-        b.request_begin(), b.assistant_text("found it"), b.request_end("completed"),
+        meta(SID),
+        b.user_text("a"),
+        b.request_begin(),
+        b.assistant_text("let me look"),
+        b.tool_call("t", {}, "c1"),
+        b.request_end("completed"),
+        b.tool_call_output("c1", "x"),
+        b.request_begin(),
+        b.assistant_text("found it"),
+        b.request_end("completed"),
     ]
     reject(tmp_path / "home", records, (1, 3), "not the final reply")
 
@@ -622,8 +703,12 @@ def test_reply_that_is_not_the_last_of_its_task_rejected(tmp_path: Path) -> None
 def test_task_that_did_not_complete_rejected(tmp_path: Path) -> None:
     """R-FORK-3: a failed request after the reply (the task went on and broke) splits it."""
     records = [
-        meta(SID), b.user_text("a"), b.request_begin(), b.assistant_text("partial"),
-        b.request_end("aborted"), b.abort("aborted by user"),
+        meta(SID),
+        b.user_text("a"),
+        b.request_begin(),
+        b.assistant_text("partial"),
+        b.request_end("aborted"),
+        b.abort("aborted by user"),
     ]
     reject(tmp_path / "home", records, (1, 3), "did not complete")
 
@@ -637,8 +722,12 @@ def test_reply_without_a_completed_request_end_rejected(tmp_path: Path) -> None:
 def test_cut_with_carry_over_rejected(tmp_path: Path) -> None:
     """R-FORK-4: a committed call with no output would leave a placeholder carry-over."""
     records = [
-        meta(SID), b.user_text("a"), b.request_begin(), b.assistant_text("calling"),
-        b.tool_call("t", {}, "c1"), b.request_end("completed"),
+        meta(SID),
+        b.user_text("a"),
+        b.request_begin(),
+        b.assistant_text("calling"),
+        b.tool_call("t", {}, "c1"),
+        b.request_end("completed"),
     ]
     reject(tmp_path / "home", records, (1, 3), "interrupted context")
 
@@ -647,9 +736,15 @@ def test_steering_does_not_end_the_scan(tmp_path: Path) -> None:
     """R-FORK-3: a steering message is not a task start; the reply after it is the final one,
     so the earlier one is rejected, the later one accepted."""
     records = [
-        meta(SID), b.user_text("a"), b.request_begin(), b.assistant_text("first"),
-        b.request_end("completed"), b.user_text("[user_steering]\nmore\n[/user_steering]"),
-        b.request_begin(), b.assistant_text("second"), b.request_end("completed"),
+        meta(SID),
+        b.user_text("a"),
+        b.request_begin(),
+        b.assistant_text("first"),
+        b.request_end("completed"),
+        b.user_text("[user_steering]\nmore\n[/user_steering]"),
+        b.request_begin(),
+        b.assistant_text("second"),
+        b.request_end("completed"),
         b.user_text("next task"),
     ]
     reject(tmp_path / "home", records, (1, 3), "not the final reply")

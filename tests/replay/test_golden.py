@@ -66,7 +66,8 @@ RUNS: dict[str, tuple[int, int]] = {
 # A scenario is a directory laid out as <scenario>/<yyyy-mm-dd>/<session_id>_<NNN>.jsonl (other
 # corpora beside it, such as hostile/, have their own layout and tests).
 SCENARIOS = sorted(
-    p.name for p in FIXTURES.iterdir()
+    p.name
+    for p in FIXTURES.iterdir()
     if p.is_dir() and any(re.fullmatch(r"\d{4}-\d{2}-\d{2}", d.name) for d in p.iterdir())
 )
 INTACT = [s for s in SCENARIOS if not s.startswith("damaged_")]
@@ -95,8 +96,11 @@ def test_corpus_is_complete_and_documented() -> None:
     """Every scenario the issue lists is present, and README has one line per trace."""
     assert set(INTACT) == set(RUNS)
     assert set(DAMAGED) == {
-        "damaged_torn_tail", "damaged_malformed_middle", "damaged_dangling_request",
-        "damaged_dangling_compaction", "damaged_unknown_future",
+        "damaged_torn_tail",
+        "damaged_malformed_middle",
+        "damaged_dangling_request",
+        "damaged_dangling_compaction",
+        "damaged_unknown_future",
     }
     readme = (FIXTURES / "README.md").read_text()
     rows = [line for line in readme.splitlines() if line.startswith("| `")]
@@ -128,8 +132,12 @@ def test_every_intact_fixture_validates(scenario: str) -> None:
 @pytest.mark.skipif(not REFERENCE.is_dir(), reason="reference traces not present")
 @pytest.mark.parametrize(
     "scenario",
-    ["01_plain_text", "02_two_tools_out_of_order", "03_tool_denied",
-     "06a_compaction_summarize_context"],
+    [
+        "01_plain_text",
+        "02_two_tools_out_of_order",
+        "03_tool_denied",
+        "06a_compaction_summarize_context",
+    ],
 )
 def test_reference_traces_replay(scenario: str) -> None:
     """Traces written by the reference implementation replay too: its recorded workspace
@@ -157,9 +165,7 @@ DAMAGE_FINDINGS: dict[str, set[tuple[str, str]]] = {
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("scenario", DAMAGED)
-async def test_damaged_fixture_is_read_validated_and_resumed(
-    scenario: str, tmp_path: Path
-) -> None:
+async def test_damaged_fixture_is_read_validated_and_resumed(scenario: str, tmp_path: Path) -> None:
     """R-READ-2/3, R-RESUME-14/14a/17, R-TRACE-14: a damaged trace reads without error, the
     validator names the damage, and a resumed copy repairs what resume repairs and runs."""
     original = files(scenario)
@@ -176,8 +182,13 @@ async def test_damaged_fixture_is_read_validated_and_resumed(
     ws.mkdir()
     llm = ScriptedLLM({"responses": [[{"text": "resumed fine"}]]})
     session = await resume_session(
-        DataRoot(home), session_id, llm=llm, environment=ScriptedEnvironment.from_llm(llm),
-        workspace=ws, compaction=None, retry=RetryPolicy(base_ms=1, cap_ms=2),
+        DataRoot(home),
+        session_id,
+        llm=llm,
+        environment=ScriptedEnvironment.from_llm(llm),
+        workspace=ws,
+        compaction=None,
+        retry=RetryPolicy(base_ms=1, cap_ms=2),
     )
     async with session:
         await collect(session.run([b.user_text("are you there?")], approve=allow_all))
@@ -192,8 +203,12 @@ async def test_damaged_fixture_is_read_validated_and_resumed(
     assert after[-1].read_bytes().endswith(b"\n")
     kinds = [r.payload for r in records]
     if scenario == "damaged_dangling_request":
-        closure = next(p for p in kinds if isinstance(p, RequestEndPayload)
-                       and p.error_message == _markers.REQUEST_CLOSURE_ERROR)
+        closure = next(
+            p
+            for p in kinds
+            if isinstance(p, RequestEndPayload)
+            and p.error_message == _markers.REQUEST_CLOSURE_ERROR
+        )
         assert closure.status == "aborted"
     if scenario == "damaged_torn_tail":
         # The torn record was the run's request_end; its usage was recorded (R-RESUME-7a).
@@ -202,7 +217,9 @@ async def test_damaged_fixture_is_read_validated_and_resumed(
     if scenario == "damaged_dangling_compaction":
         closure_c = next(p for p in kinds if isinstance(p, CompactionEndPayload))
         assert (closure_c.status, closure_c.error_message, closure_c.attempt) == (
-            "failed", _markers.COMPACTION_CLOSURE_ERROR, 1
+            "failed",
+            _markers.COMPACTION_CLOSURE_ERROR,
+            1,
         )
     if scenario == "damaged_unknown_future":
         unknown = [p.raw["type"] for p in kinds if isinstance(p, UnknownPayload)]
@@ -213,8 +230,11 @@ async def test_damaged_fixture_is_read_validated_and_resumed(
 def test_damaged_traces_replay_or_report_without_crashing() -> None:
     """Crashed runs are not compared (R-CLI-6); unknown future records are a divergence the
     harness reports at their line, since this engine cannot write them."""
-    for scenario in ("damaged_dangling_request", "damaged_dangling_compaction",
-                     "damaged_torn_tail"):
+    for scenario in (
+        "damaged_dangling_request",
+        "damaged_dangling_compaction",
+        "damaged_torn_tail",
+    ):
         result = replay_trace(FIXTURES / scenario)
         assert result.matched, result
         assert result.stopped is not None and "crash" in result.stopped
@@ -322,8 +342,12 @@ TOOLS = [ToolDefinition(name="t", description="test tool")]
 
 def hand_meta(home: str = "/h") -> OmniMessage:
     return b.session_meta(
-        session_id=SID, provider="acme", model_id="m", model_context_window="unknown",
-        system_prompt="sys", agent_state=f"{home}/p/agents/a/agent_state",
+        session_id=SID,
+        provider="acme",
+        model_id="m",
+        model_context_window="unknown",
+        system_prompt="sys",
+        agent_state=f"{home}/p/agents/a/agent_state",
         workspace=f"{home}/ws",
     )
 
@@ -359,8 +383,10 @@ def test_normalization_hides_ids_and_paths_only(tmp_path: Path) -> None:
     pad = f"/h/p/agents/a/scratchpad/{SID}/img.png"
     records = [hand_meta(), b.user_text(f"see [attached image: {pad}] in /h/ws")]
     lines = normalize(records)
-    assert lines[0] == ('{"type":"session_meta","payload":{"provider":"acme","model_id":"m",'
-                        '"model_context_window":"unknown","system_prompt":"sys"}}')
+    assert lines[0] == (
+        '{"type":"session_meta","payload":{"provider":"acme","model_id":"m",'
+        '"model_context_window":"unknown","system_prompt":"sys"}}'
+    )
     assert "[attached image: <scratchpad>/img.png] in <workspace>" in lines[1]
     assert "timestamp" not in lines[1]
 
@@ -393,13 +419,19 @@ def test_syrupy_snapshot_round_trip(pytester: pytest.Pytester) -> None:
             """
         )
     )
-    created = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "--snapshot-update")
+    created = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "--snapshot-update"
+    )
     created.assert_outcomes(passed=1)
     (snap,) = pytester.path.rglob("*.jsonl")
     assert snap.read_text().splitlines() == replay_trace(FIXTURES / "plain").normalized
-    pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest").assert_outcomes(passed=1)
+    pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "-p", "no:hypothesispytest"
+    ).assert_outcomes(passed=1)
     snap.write_text(snap.read_text().replace("2 + 2 = 4.", "2 + 2 = 5."))
-    pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest").assert_outcomes(failed=1)
+    pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "-p", "no:hypothesispytest"
+    ).assert_outcomes(failed=1)
 
 
 @pytest.mark.anyio
@@ -437,16 +469,20 @@ async def test_failed_boundary_compaction_replays_with_the_inferred_budget(
     ws = tmp_path / "ws"
     ws.mkdir()
     session = await Session.create(
-        llm=llm, environment=ScriptedEnvironment.from_llm(llm), root=tmp_path / "home",
-        workspace=ws, compaction=CompactionSettings(max_context_length=500),
+        llm=llm,
+        environment=ScriptedEnvironment.from_llm(llm),
+        root=tmp_path / "home",
+        workspace=ws,
+        compaction=CompactionSettings(max_context_length=500),
         retry=RetryPolicy(max_reconnects=5, base_ms=1, cap_ms=2, compaction_max_reconnects=2),
     )
     async with session:
         await collect(session.run([b.user_text("go")], approve=allow_all))
         await collect(session.run([b.user_text("again")], approve=allow_all))
     paths = DataRoot(tmp_path / "home").trace_files(session.id)
-    ends = [r.payload for r in read_trace(paths).records
-            if isinstance(r.payload, CompactionEndPayload)]
+    ends = [
+        r.payload for r in read_trace(paths).records if isinstance(r.payload, CompactionEndPayload)
+    ]
     assert [(e.status, e.attempt) for e in ends] == [("failed", 3)]
     result = await areplay_trace(paths)
     assert result.matched, result

@@ -135,11 +135,16 @@ def test_identity_comes_from_session_meta() -> None:
     """R-REPLAY-1 / API: provider, model_id, context_window from session_meta; vision True."""
     llm = ReplayLLM([meta(), *span(b.assistant_text("hi"), b.token_usage(USAGE))])
     assert (llm.provider, llm.model_id, llm.context_window, llm.vision) == (
-        "acme", "m-1", 64000, True
+        "acme",
+        "m-1",
+        64000,
+        True,
     )
     unknown = ReplayLLM(files("plain"))
     assert (unknown.provider, unknown.model_id, unknown.context_window) == (
-        "scripted", "script", None
+        "scripted",
+        "script",
+        None,
     )
 
 
@@ -164,10 +169,20 @@ async def test_response_streams_partials_then_complete_then_usage_then_completed
     items = await respond(ReplayLLM(records))
     kinds = [payload_type(i) if isinstance(i, OmniMessage) else "outcome" for i in items]
     assert kinds == [
-        "partial_thinking", "partial_thinking", "partial_thinking", "thinking",
-        "partial_text", "partial_text", "partial_text", "text",
-        "partial_tool_call", "partial_tool_call", "partial_tool_call", "tool_call",
-        "token_usage", "outcome",
+        "partial_thinking",
+        "partial_thinking",
+        "partial_thinking",
+        "thinking",
+        "partial_text",
+        "partial_text",
+        "partial_text",
+        "text",
+        "partial_tool_call",
+        "partial_tool_call",
+        "partial_tool_call",
+        "tool_call",
+        "token_usage",
+        "outcome",
     ]
     assert [i.payload.event_type for i in items[:3]] == ["start", "delta", "stop"]
     thinking, _text, call = completes(items)[:3]
@@ -182,8 +197,9 @@ async def test_response_streams_partials_then_complete_then_usage_then_completed
     assert isinstance(outcome, LLMOutcome) and outcome.status == "completed"
     # R-STREAM-1/2: the fragments add up to the complete messages, each closed at once.
     agg = PartialAggregator()
-    rebuilt = [m for i in items if isinstance(i, OmniMessage) and is_partial(i)
-               for m in agg.feed(i)]
+    rebuilt = [
+        m for i in items if isinstance(i, OmniMessage) and is_partial(i) for m in agg.feed(i)
+    ]
     assert agg.open_count == 0
     assert rebuilt[0].payload.thinking == "ponder"  # type: ignore[union-attr]
     assert rebuilt[1].payload.text == "Let me look."  # type: ignore[union-attr]
@@ -194,8 +210,11 @@ async def test_interrupted_segment_keeps_its_stop_reason_on_stop_and_complete() 
     """R-REPLAY-2/4 with R-STREAM-4: a recorded timeout segment replays as such."""
     llm = ReplayLLM(files("retry"), mode="all")
     items = await respond(llm)
-    stop = [i for i in items
-            if isinstance(i, OmniMessage) and getattr(i.payload, "event_type", None) == "stop"]
+    stop = [
+        i
+        for i in items
+        if isinstance(i, OmniMessage) and getattr(i.payload, "event_type", None) == "stop"
+    ]
     assert [stop_reason_of(s) for s in stop] == ["timeout"]
     (text,) = completes(items)
     assert (text.payload.text, stop_reason_of(text)) == ("half an ans", "timeout")  # type: ignore[union-attr]
@@ -203,8 +222,13 @@ async def test_interrupted_segment_keeps_its_stop_reason_on_stop_and_complete() 
 
 async def test_usage_recorded_after_request_end_belongs_to_its_span() -> None:
     """R-RUN-16: a reader attributes a token_usage found right after request_end to it."""
-    records = [meta(), b.request_begin(), b.assistant_text("hi"), b.request_end("completed"),
-               b.token_usage(USAGE)]
+    records = [
+        meta(),
+        b.request_begin(),
+        b.assistant_text("hi"),
+        b.request_end("completed"),
+        b.token_usage(USAGE),
+    ]
     items = await respond(ReplayLLM(records))
     assert isinstance(items[-2], OmniMessage)
     assert items[-2].payload == TokenUsagePayload(session=USAGE, request=USAGE)
@@ -303,28 +327,34 @@ def env_records() -> list[OmniMessage]:
             b.tool_call_output("f", "Tool call denied by policy.", stop_reason="aborted"),
             b.token_usage(USAGE),
         ),
-        b.tool_call_output("a", "pic", images=["data:image/png;base64,AAAA"],
-                           stop_reason="failed"),
+        b.tool_call_output("a", "pic", images=["data:image/png;base64,AAAA"], stop_reason="failed"),
         b.tool_call_output("a", "a later duplicate"),
     ]
 
 
 async def execute(env: ReplayEnvironment, cid: str) -> list[OmniMessage]:
-    return [m async for m in env.execute(b.tool_call("t", "{}", cid), signal=AbortSignal(),
-                                         approve=None)]
+    return [
+        m
+        async for m in env.execute(b.tool_call("t", "{}", cid), signal=AbortSignal(), approve=None)
+    ]
 
 
 async def test_environment_answers_with_the_first_recorded_output() -> None:
     """R-REPLAY-5: same output, images and stop_reason, streamed start/delta/stop/complete."""
     env = ReplayEnvironment(env_records())
     msgs = await execute(env, "a")
-    assert [payload_type(m) for m in msgs] == ["partial_tool_call_output"] * 3 + ["tool_call_output"]
+    assert [payload_type(m) for m in msgs] == ["partial_tool_call_output"] * 3 + [
+        "tool_call_output"
+    ]
     assert [m.payload.event_type for m in msgs[:3]] == ["start", "delta", "stop"]  # type: ignore[union-attr]
     assert all(isinstance(m.payload, PartialToolCallOutputPayload) for m in msgs[:3])
     out = msgs[-1].payload
     assert isinstance(out, ToolCallOutputPayload)
     assert (out.output, out.images, out.stop_reason, out.tool_call_id) == (
-        "pic", ["data:image/png;base64,AAAA"], "failed", "a"
+        "pic",
+        ["data:image/png;base64,AAAA"],
+        "failed",
+        "a",
     )
     assert stop_reason_of(msgs[2]) == "failed"
 
@@ -345,7 +375,10 @@ async def test_recorded_approvals_and_toolset() -> None:
     standalone = recorded_approve(records)
     for approve in (env.approve, standalone):
         assert [approve(b.tool_call("t", "{}", cid)) for cid in ("a", "d", "f", "new")] == [
-            "allow", "deny", "forbidden", "allow"
+            "allow",
+            "deny",
+            "forbidden",
+            "allow",
         ]
     assert await env.list_tools() == TOOLS
     assert env.tool_permission("t") == "rw"
@@ -360,21 +393,28 @@ async def test_replay_pair_reproduces_a_recorded_session_through_the_engine(tmp_
     env = ReplayEnvironment.from_llm(llm)
     ws = tmp_path / "ws"
     ws.mkdir()
-    session = await Session.create(llm=llm, environment=env, root=tmp_path / "home",
-                                   workspace=ws, compaction=None)
+    session = await Session.create(
+        llm=llm, environment=env, root=tmp_path / "home", workspace=ws, compaction=None
+    )
     async with session:
-        stream = await collect(session.run([b.user_text("List files and read b.txt")],
-                                           approve=env.approve))
-    outputs = [m.payload.tool_call_id for m in stream
-               if isinstance(m.payload, ToolCallOutputPayload)]
+        stream = await collect(
+            session.run([b.user_text("List files and read b.txt")], approve=env.approve)
+        )
+    outputs = [
+        m.payload.tool_call_id for m in stream if isinstance(m.payload, ToolCallOutputPayload)
+    ]
     assert outputs == ["call_1_2", "call_1_1"]  # the recorded completion order
     assert len(llm.requests) == 2
     assert env.stalls == 0
-    texts = [m.payload.text for m in stream
-             if isinstance(m.payload, TextPayload) and not is_partial(m)]
+    texts = [
+        m.payload.text for m in stream if isinstance(m.payload, TextPayload) and not is_partial(m)
+    ]
     assert texts[-1] == "There are two files; b.txt says: contents of b.txt."
-    assert not any(isinstance(m.payload, PartialTextPayload | PartialThinkingPayload
-                              | PartialToolCallPayload) and m.origin for m in stream)
+    assert not any(
+        isinstance(m.payload, PartialTextPayload | PartialThinkingPayload | PartialToolCallPayload)
+        and m.origin
+        for m in stream
+    )
 
 
 async def test_pacing_gives_up_when_the_replay_has_diverged() -> None:

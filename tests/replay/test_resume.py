@@ -296,7 +296,10 @@ async def test_dangling_request_cut_after_request_begin(env: Env, tmp_path: Path
     p = closure.payload
     assert isinstance(p, RequestEndPayload)
     assert (p.status, p.attempt, p.retry_in_ms, p.error_message) == (
-        "aborted", 1, None, CLOSURE_REQUEST
+        "aborted",
+        1,
+        None,
+        CLOSURE_REQUEST,
     )
     req = await resumed_request(copy, session.id, b.user_text("continue"))
     first = req.messages[0]
@@ -309,8 +312,7 @@ async def test_dangling_request_cut_after_request_begin(env: Env, tmp_path: Path
 async def test_dangling_request_cut_after_token_usage(env: Env, tmp_path: Path) -> None:
     """R-RESUME-7a/14a: the stream had finished: the turn commits and the closure says
     `completed` (no attempt on a first try, R-RETRY-7)."""
-    session, llm = await make_session(env, {"responses": [[{"text": "ok"}], FINAL],
-                                            "tools": TOOLS})
+    session, llm = await make_session(env, {"responses": [[{"text": "ok"}], FINAL], "tools": TOOLS})
     async with session:
         await collect(session.run([b.user_text("go")], approve=allow_all))
         prompt = b.user_text("continue")
@@ -328,16 +330,21 @@ async def test_dangling_request_cut_after_token_usage(env: Env, tmp_path: Path) 
     assert_same_request(live, await resumed_request(copy, session.id, prompt))
 
 
-@pytest.mark.parametrize(("cut_after", "status", "attempt"), [
-    ("second request_begin", "aborted", 2),
-    ("second token_usage", "completed", 2),
-])
+@pytest.mark.parametrize(
+    ("cut_after", "status", "attempt"),
+    [
+        ("second request_begin", "aborted", 2),
+        ("second token_usage", "completed", 2),
+    ],
+)
 async def test_dangling_retry_attempt_is_stamped(
     env: Env, tmp_path: Path, cut_after: str, status: str, attempt: int
 ) -> None:
     """R-RESUME-14a: the closure's attempt follows the turn's earlier request_ends."""
-    script = [[{"text": "half"}, {"fail": {"status": "timeout", "message": "idle"}}],
-              [{"text": "ok"}]]
+    script = [
+        [{"text": "half"}, {"fail": {"status": "timeout", "message": "idle"}}],
+        [{"text": "ok"}],
+    ]
     session, _ = await live_session(env, script, ["go"])
     path = env.root.trace_files(session.id)[0]
     kind = RequestBeginPayload if "request_begin" in cut_after else TokenUsagePayload
@@ -395,19 +402,27 @@ def in_compaction(kind: type, prompt: bool = False) -> Callable[[Path], int]:
         start = index_where(path, is_(CompactionBeginPayload))
         if prompt:
             return index_where(path, user_says("SUMMARIZE"))
-        hits = [i for i, line in enumerate(lines_of(path))
-                if i >= start and isinstance(decode(line).payload, kind)]
+        hits = [
+            i
+            for i, line in enumerate(lines_of(path))
+            if i >= start and isinstance(decode(line).payload, kind)
+        ]
         return hits[0]
+
     return find
 
 
-@pytest.mark.parametrize(("where", "request_closure", "attempt", "untouched"), [
-    (in_compaction(CompactionBeginPayload), None, None, True),
-    (in_compaction(TextPayload, prompt=True), None, None, True),
-    (in_compaction(RequestBeginPayload), ("aborted", 1, CLOSURE_REQUEST), 1, True),
-    (in_compaction(TokenUsagePayload), ("completed", None, None), 1, False),
-    (in_compaction(RequestEndPayload), None, 1, False),
-], ids=["begin", "prompt", "request_begin", "token_usage", "request_end"])
+@pytest.mark.parametrize(
+    ("where", "request_closure", "attempt", "untouched"),
+    [
+        (in_compaction(CompactionBeginPayload), None, None, True),
+        (in_compaction(TextPayload, prompt=True), None, None, True),
+        (in_compaction(RequestBeginPayload), ("aborted", 1, CLOSURE_REQUEST), 1, True),
+        (in_compaction(TokenUsagePayload), ("completed", None, None), 1, False),
+        (in_compaction(RequestEndPayload), None, 1, False),
+    ],
+    ids=["begin", "prompt", "request_begin", "token_usage", "request_end"],
+)
 async def test_dangling_compaction_closed(
     env: Env,
     tmp_path: Path,
@@ -434,7 +449,11 @@ async def test_dangling_compaction_closed(
     end = closures[-1].payload
     assert isinstance(end, CompactionEndPayload)
     assert (end.reason, end.mode, end.status, end.attempt, end.error_message) == (
-        "context", "summarize", "failed", attempt, CLOSURE_COMPACTION
+        "context",
+        "summarize",
+        "failed",
+        attempt,
+        CLOSURE_COMPACTION,
     )
     ctx = ModelContext.from_records(truncated)
     prompt = b.user_text("continue")
@@ -443,8 +462,10 @@ async def test_dangling_compaction_closed(
     assert_requests_paired([req])
     if untouched:  # nothing of the compaction committed: the original context comes back
         assert [m.payload.text for m in req.messages] == ["a", "r1", "continue"]  # type: ignore[union-attr]
-    assert not any(isinstance(m.payload, TextPayload) and m.payload.text.startswith(
-        "[context_summary]") for m in req.messages)
+    assert not any(
+        isinstance(m.payload, TextPayload) and m.payload.text.startswith("[context_summary]")
+        for m in req.messages
+    )
 
 
 # --------------------------------------------------------------------------- INV-26
@@ -475,8 +496,9 @@ async def test_counters_across_files(env: Env) -> None:
     """R-RESUME-11: session tokens and total turns come from every file; the latest file has
     no token_usage, so its last request total is 0 while the session total carries on."""
     script = [[{"text": "r1"}], [{"text": "[summary]S1[/summary]"}], [{"text": "r2"}]]
-    session, _ = await make_session(env, {"responses": script, "tools": TOOLS},
-                                    compaction=COMPACTION)
+    session, _ = await make_session(
+        env, {"responses": script, "tools": TOOLS}, compaction=COMPACTION
+    )
     dead = AbortSignal()
     dead.abort()
     async with session:
@@ -487,8 +509,9 @@ async def test_counters_across_files(env: Env) -> None:
     files = env.root.trace_files(session.id)
     assert len(files) == 2
     assert not any(isinstance(r.payload, TokenUsagePayload) for r in read_trace(files[1]).records)
-    first_usages = [r.payload for r in read_trace(files[0]).records
-                    if isinstance(r.payload, TokenUsagePayload)]
+    first_usages = [
+        r.payload for r in read_trace(files[0]).records if isinstance(r.payload, TokenUsagePayload)
+    ]
     resumed = await resume(env.home, session.id, fresh_llm())
     async with resumed:
         state = resumed.state
@@ -507,8 +530,7 @@ async def test_counters_across_files(env: Env) -> None:
 async def test_torn_tail_repaired_on_resume(env: Env, tmp_path: Path) -> None:
     """R-TRACE-14, R-RESUME-1: the fragment is cut before anything is appended, and the
     next request is the live one."""
-    session, llm = await make_session(env, {"responses": [[{"text": "ok"}], FINAL],
-                                            "tools": TOOLS})
+    session, llm = await make_session(env, {"responses": [[{"text": "ok"}], FINAL], "tools": TOOLS})
     prompt = b.user_text("continue")
     async with session:
         await collect(session.run([b.user_text("go")], approve=allow_all))
@@ -528,8 +550,12 @@ async def test_torn_tail_repaired_on_resume(env: Env, tmp_path: Path) -> None:
 
 def head_of(path: Path) -> bytes:
     lines = lines_of(path)
-    return b"".join(line for line in lines if decode(line).type == "session_meta"
-                    or isinstance(decode(line).payload, ToolListReadyPayload))
+    return b"".join(
+        line
+        for line in lines
+        if decode(line).type == "session_meta"
+        or isinstance(decode(line).payload, ToolListReadyPayload)
+    )
 
 
 @pytest.mark.parametrize("residue", ["empty", "torn", "head only"])
@@ -539,8 +565,9 @@ async def test_crash_residue_file_ignored_and_reused(
     """R-ROOT-10: a highest-index file without a complete record beyond its head is ignored;
     the session resumes from the compacted file (the summary is rebuilt) and the next record
     rotates into the same index, emptied, with one fresh head."""
-    session, llm = await make_session(env, {"responses": COMPACTION_SCRIPT, "tools": TOOLS},
-                                      compaction=COMPACTION)
+    session, llm = await make_session(
+        env, {"responses": COMPACTION_SCRIPT, "tools": TOOLS}, compaction=COMPACTION
+    )
     prompt = b.user_text("continue")
     async with session:
         await collect(session.run([b.user_text("a")], approve=allow_all))
@@ -558,8 +585,10 @@ async def test_crash_residue_file_ignored_and_reused(
     assert_same_request(live, req)
     first_text = req.messages[0].payload
     assert isinstance(first_text, TextPayload) and first_text.text.startswith("[context_summary]")
-    kinds_2 = [r.type if r.type == "session_meta" else type(r.payload).__name__
-               for r in read_trace(second).records]
+    kinds_2 = [
+        r.type if r.type == "session_meta" else type(r.payload).__name__
+        for r in read_trace(second).records
+    ]
     assert kinds_2[:3] == ["session_meta", "ToolListReadyPayload", "TextPayload"]
     assert kinds_2.count("session_meta") == 1 and kinds_2.count("ToolListReadyPayload") == 1
     assert all(f.severity != "error" for f in validate_session([first, second]))
@@ -578,8 +607,9 @@ async def exact(
 ) -> tuple[LLMRequest, list[OmniMessage]]:
     """Run ``go`` (firing ``trigger`` on each message), copy the data root, then send the same
     next prompt live and on the resumed copy; the two requests must be equal."""
-    session, llm = await make_session(env, {"responses": [*script, FINAL, FINAL],
-                                            "tools": TOOLS}, **kw)
+    session, llm = await make_session(
+        env, {"responses": [*script, FINAL, FINAL], "tools": TOOLS}, **kw
+    )
     prompt = b.user_text("continue")
     signal = AbortSignal()
     async with session:
@@ -603,20 +633,29 @@ async def exact(
 
 async def test_exact_after_a_completed_retry(env: Env, tmp_path: Path) -> None:
     """R-RESUME-10: the retry's committed input keeps its [turn_retried] block."""
-    script = [[{"text": "half"}, {"fail": {"status": "timeout", "message": "idle"}}],
-              [{"text": "done"}]]
+    script = [
+        [{"text": "half"}, {"fail": {"status": "timeout", "message": "idle"}}],
+        [{"text": "done"}],
+    ]
     live, _ = await exact(env, tmp_path, script)
     texts = [m.payload.text for m in live.messages]  # type: ignore[union-attr]
-    assert texts == ["go", "[turn_retried]\n  [text]half[/text]\n[/turn_retried]", "done",
-                     "continue"]
+    assert texts == [
+        "go",
+        "[turn_retried]\n  [text]half[/text]\n[/turn_retried]",
+        "done",
+        "continue",
+    ]
 
 
 async def test_exact_after_a_failed_attempt(env: Env, tmp_path: Path) -> None:
     """R-RESUME-7b retry shape: retries exhausted, the input and the block carried over."""
-    script = [[{"text": "one"}, {"fail": {"status": "failed", "message": "boom"}}],
-              [{"fail": {"status": "malformed"}}]]
-    live, stream = await exact(env, tmp_path, script, retry=RetryPolicy(max_reconnects=1,
-                                                                        base_ms=1, cap_ms=1))
+    script = [
+        [{"text": "one"}, {"fail": {"status": "failed", "message": "boom"}}],
+        [{"fail": {"status": "malformed"}}],
+    ]
+    live, stream = await exact(
+        env, tmp_path, script, retry=RetryPolicy(max_reconnects=1, base_ms=1, cap_ms=1)
+    )
     assert isinstance(stream[-1].payload, AbortPayload)
     texts = [m.payload.text for m in live.messages]  # type: ignore[union-attr]
     assert texts == ["go", "[turn_retried]\n  [text]one[/text]\n[/turn_retried]", "continue"]
@@ -624,22 +663,35 @@ async def test_exact_after_a_failed_attempt(env: Env, tmp_path: Path) -> None:
 
 async def test_exact_after_case_a_abort(env: Env, tmp_path: Path) -> None:
     """R-CARRY-3: a finished output and an aborted one, in call order."""
-    script = [[
-        {"tool_call": {"name": "t", "arguments": {}, "id": "slow",
-                       "result": {"output": "S", "delay_ms": 60000}}},
-        {"tool_call": {"name": "t", "arguments": {}, "id": "quick", "result": {"output": "Q"}}},
-    ]]
+    script = [
+        [
+            {
+                "tool_call": {
+                    "name": "t",
+                    "arguments": {},
+                    "id": "slow",
+                    "result": {"output": "S", "delay_ms": 60000},
+                }
+            },
+            {"tool_call": {"name": "t", "arguments": {}, "id": "quick", "result": {"output": "Q"}}},
+        ]
+    ]
 
     def trigger(msg: OmniMessage, signal: AbortSignal) -> None:
         p = msg.payload
-        if isinstance(p, ToolCallOutputPayload) and not msg.is_partial and p.tool_call_id == "quick":
+        if (
+            isinstance(p, ToolCallOutputPayload)
+            and not msg.is_partial
+            and p.tool_call_id == "quick"
+        ):
             signal.abort()
 
     live, stream = await exact(env, tmp_path, script, trigger=trigger)
     assert isinstance(stream[-1].payload, AbortPayload)
     outputs = [m.payload for m in live.messages if isinstance(m.payload, ToolCallOutputPayload)]
     assert [(o.tool_call_id, o.stop_reason) for o in outputs] == [
-        ("slow", "aborted"), ("quick", "completed")
+        ("slow", "aborted"),
+        ("quick", "completed"),
     ]
 
 
@@ -657,13 +709,17 @@ async def test_exact_after_case_b_abort(env: Env, tmp_path: Path) -> None:
 
 async def test_exact_after_max_turns(env: Env, tmp_path: Path) -> None:
     """R-MAXT-2: the notice is not history; the last turn's tool output is carried over."""
-    script = [[{"tool_call": {"name": "t", "arguments": {}, "id": "c1",
-                              "result": {"output": "x"}}}]]
+    script = [
+        [{"tool_call": {"name": "t", "arguments": {}, "id": "c1", "result": {"output": "x"}}}]
+    ]
     live, stream = await exact(env, tmp_path, script, max_turns=1)
     last = stream[-1].payload
     assert isinstance(last, TextPayload) and last.text == "[reached max turns (1); stopping]"
     assert [type(m.payload).__name__ for m in live.messages] == [
-        "TextPayload", "ToolCallPayload", "ToolCallOutputPayload", "TextPayload"
+        "TextPayload",
+        "ToolCallPayload",
+        "ToolCallOutputPayload",
+        "TextPayload",
     ]
 
 

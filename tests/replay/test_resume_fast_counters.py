@@ -138,8 +138,14 @@ class Soup:
 
     def meta(self) -> OmniMessage:
         return b.session_meta(
-            session_id=SID, provider="p", model_id="m", model_context_window=1000,
-            system_prompt="s", agent_state="/a", workspace="/w", timestamp=self.ts(),
+            session_id=SID,
+            provider="p",
+            model_id="m",
+            model_context_window=1000,
+            system_prompt="s",
+            agent_state="/a",
+            workspace="/w",
+            timestamp=self.ts(),
         )
 
     def record(self) -> OmniMessage:
@@ -150,8 +156,9 @@ class Soup:
         if pick == 1:
             return b.tool_list_ready([ToolDefinition(name="t", description="d")], timestamp=ts)
         if pick in (2, 3):
-            return b.user_text(rng.choice(["go", "[context_summary]\nx\n[/context_summary]"]),
-                               timestamp=ts)
+            return b.user_text(
+                rng.choice(["go", "[context_summary]\nx\n[/context_summary]"]), timestamp=ts
+            )
         if pick == 4:
             body = rng.choice(["done", "[summary]kept[/summary]", "[summary][/summary]", ""])
             return b.assistant_text(body, timestamp=ts)
@@ -167,8 +174,9 @@ class Soup:
             return b.request_begin(timestamp=ts)
         if pick in (12, 13):
             statuses: list[StopReason] = ["completed", "completed", "aborted", "failed", "auth"]
-            return b.request_end(rng.choice(statuses), attempt=rng.choice([None, 1, 2]),
-                                 timestamp=ts)
+            return b.request_end(
+                rng.choice(statuses), attempt=rng.choice([None, 1, 2]), timestamp=ts
+            )
         if pick == 14:
             request = TokenCounts(1, 2, 3, 6)
             self.session = self.session + request
@@ -178,8 +186,9 @@ class Soup:
             return b.abort(reason, timestamp=ts)
         modes: list[CompactionMode] = ["summarize", "discard"]
         if pick == 16:
-            return b.compaction_begin("context", rng.choice(modes), context=1, turns=1,
-                                      timestamp=ts)
+            return b.compaction_begin(
+                "context", rng.choice(modes), context=1, turns=1, timestamp=ts
+            )
         if pick == 17:
             ends: list[StopReason] = ["completed", "completed", "failed"]
             return b.compaction_end("context", rng.choice(modes), rng.choice(ends), timestamp=ts)
@@ -233,7 +242,9 @@ def test_view_shortcut_boundaries_r_resume_9(outputs: list[str], expected: list[
     for msg in view:
         assert isinstance(msg.payload, ToolCallOutputPayload)
         placeholder = msg.payload.stop_reason == "aborted"
-        shown.append(f"placeholder {msg.payload.tool_call_id}" if placeholder else msg.payload.tool_call_id)
+        shown.append(
+            f"placeholder {msg.payload.tool_call_id}" if placeholder else msg.payload.tool_call_id
+        )
     assert shown == expected
 
 

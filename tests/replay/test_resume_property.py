@@ -86,8 +86,16 @@ def plans(draw: st.DrawFn) -> Plan:
                     "delay_ms": draw(st.sampled_from([0, 1, 4])),
                     "status": draw(st.sampled_from(["completed", "completed", "failed"])),
                 }
-                items.append({"tool_call": {"name": "t", "arguments": {"n": j},
-                                            "id": f"c{r}_{j}", "result": result}})
+                items.append(
+                    {
+                        "tool_call": {
+                            "name": "t",
+                            "arguments": {"n": j},
+                            "id": f"c{r}_{j}",
+                            "result": result,
+                        }
+                    }
+                )
         else:
             if draw(st.booleans()):
                 items.append({"text": f"partial {r}"})
@@ -97,19 +105,23 @@ def plans(draw: st.DrawFn) -> Plan:
     summaries: list[Any] = []
     for i in range(4):
         kind = draw(st.sampled_from(["ok", "ok", "ok", "empty", "tools", "timeout"]))
-        summaries.append({
-            "ok": [{"text": f"[summary]S{i}[/summary]"}],
-            "empty": [{"text": "[summary] [/summary]"}],
-            "tools": [{"tool_call": {"name": "t", "arguments": {}, "id": f"k{i}"}}],
-            "timeout": [{"fail": {"status": "timeout", "message": "idle"}}],
-        }[kind])
+        summaries.append(
+            {
+                "ok": [{"text": f"[summary]S{i}[/summary]"}],
+                "empty": [{"text": "[summary] [/summary]"}],
+                "tools": [{"tool_call": {"name": "t", "arguments": {}, "id": f"k{i}"}}],
+                "timeout": [{"fail": {"status": "timeout", "message": "idle"}}],
+            }[kind]
+        )
     runs = draw(st.sampled_from([1, 2, 3, 3, 4]))
     aborts = [draw(st.none() | st.integers(1, 30)) for _ in range(runs)]
     mode = draw(st.sampled_from([None, "summarize", "summarize", "summarize", "discard"]))
     compaction = (
-        None if mode is None
-        else CompactionSettings(max_context_length=draw(st.integers(3, 12)), mode=mode,
-                                prompt=SUMMARIZE)
+        None
+        if mode is None
+        else CompactionSettings(
+            max_context_length=draw(st.integers(3, 12)), mode=mode, prompt=SUMMARIZE
+        )
     )
     return Plan(turns, summaries, aborts, compaction, draw(st.sampled_from([2, 100])))
 
@@ -122,12 +134,19 @@ class Rest:
     request: LLMRequest | None
 
 
-async def run_live(plan: Plan, home: Path, workspace: Path) -> tuple[list[list[bytes]], dict[int, Rest], str]:
+async def run_live(
+    plan: Plan, home: Path, workspace: Path
+) -> tuple[list[list[bytes]], dict[int, Rest], str]:
     llm = Dispatching(plan.turns, plan.summaries)
     session = await Session.create(
-        llm=llm, environment=ScriptedEnvironment.from_llm(llm.turns), root=DataRoot(home),
-        workspace=workspace, system_prompt="prop", compaction=plan.compaction,
-        retry=RetryPolicy(max_reconnects=1, base_ms=1, cap_ms=1), max_turns=plan.max_turns,
+        llm=llm,
+        environment=ScriptedEnvironment.from_llm(llm.turns),
+        root=DataRoot(home),
+        workspace=workspace,
+        system_prompt="prop",
+        compaction=plan.compaction,
+        retry=RetryPolicy(max_reconnects=1, base_ms=1, cap_ms=1),
+        max_turns=plan.max_turns,
         fsync="never",
     )
     llm.bind(session)
@@ -187,8 +206,12 @@ def write_cut(home: Path, sid: str, date: str, files: list[list[bytes]], keep: i
 async def resumed_request(home: Path, sid: str, workspace: Path, prompt: OmniMessage) -> LLMRequest:
     llm = ScriptedLLM({"responses": [[{"text": "fine"}]], "tools": TOOLS})
     session = await resume_session(
-        DataRoot(home), sid, llm=llm, environment=ScriptedEnvironment.from_llm(llm),
-        compaction=None, fsync="never",
+        DataRoot(home),
+        sid,
+        llm=llm,
+        environment=ScriptedEnvironment.from_llm(llm),
+        compaction=None,
+        fsync="never",
     )
     async with session:
         await collect_all(session.run([prompt], approve=allow_all))

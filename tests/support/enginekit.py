@@ -70,7 +70,9 @@ async def make_session(
 
 
 async def collect(
-    agen: AsyncIterator[OmniMessage], *, on: Callable[[OmniMessage], Awaitable[None] | None] | None = None
+    agen: AsyncIterator[OmniMessage],
+    *,
+    on: Callable[[OmniMessage], Awaitable[None] | None] | None = None,
 ) -> list[OmniMessage]:
     out: list[OmniMessage] = []
     async for msg in agen:

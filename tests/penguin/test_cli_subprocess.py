@@ -30,21 +30,36 @@ FAST: dict[str, Any] = {
         [
             {"thinking": "Let me look."},
             {"text": "Listing files."},
-            {"tool_call": {"name": "shell", "arguments": {"cmd": "ls"},
-                           "result": {"output": "a.txt\nb.txt\n"}}},
+            {
+                "tool_call": {
+                    "name": "shell",
+                    "arguments": {"cmd": "ls"},
+                    "result": {"output": "a.txt\nb.txt\n"},
+                }
+            },
         ],
         [{"text": "Here are two files."}],
     ],
 }
-HOSTILE = ("\x1b[2J\x1b]8;;https://evil.example/\x1b\\click\x1b]8;;\x1b\\"
-           "\x1b]52;c;cm0gLXJmIH4=\x07\x07\u202egnp.exe\x9b31m")
+HOSTILE = (
+    "\x1b[2J\x1b]8;;https://evil.example/\x1b\\click\x1b]8;;\x1b\\"
+    "\x1b]52;c;cm0gLXJmIH4=\x07\x07\u202egnp.exe\x9b31m"
+)
 FORBIDDEN = (b"\x1b", b"\x07", b"\xc2\x9b", "\u202e".encode())
 # A second task for a resumed session: its call ids must differ from the first task's (V-8).
 MORE: dict[str, Any] = {
     "tools": FAST["tools"],
     "responses": [
-        [{"tool_call": {"name": "shell", "arguments": {"cmd": "pwd"}, "id": "call_more",
-                        "result": {"output": "/w"}}}],
+        [
+            {
+                "tool_call": {
+                    "name": "shell",
+                    "arguments": {"cmd": "pwd"},
+                    "id": "call_more",
+                    "result": {"output": "/w"},
+                }
+            }
+        ],
         [{"text": "Done again."}],
     ],
 }
@@ -55,8 +70,13 @@ def _env() -> dict[str, str]:
 
 
 def penguin(*args: str | Path, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
-    proc = subprocess.run([str(PENGUIN), *map(str, args)], capture_output=True, timeout=timeout,
-                          env=_env(), check=False)
+    proc = subprocess.run(
+        [str(PENGUIN), *map(str, args)],
+        capture_output=True,
+        timeout=timeout,
+        env=_env(),
+        check=False,
+    )
     assert b"Traceback" not in proc.stderr, proc.stderr.decode()
     return proc
 
@@ -64,8 +84,15 @@ def penguin(*args: str | Path, timeout: float = 60) -> subprocess.CompletedProce
 def penguins(*calls: list[str | Path]) -> list[subprocess.CompletedProcess[bytes]]:
     """Several independent invocations at once (process start-up dominates their cost)."""
     procs = [
-        (call, subprocess.Popen([str(PENGUIN), *map(str, call)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=_env()))
+        (
+            call,
+            subprocess.Popen(
+                [str(PENGUIN), *map(str, call)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=_env(),
+            ),
+        )
         for call in calls
     ]
     done = []
@@ -83,8 +110,17 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     script = base / "fast.json"
     script.write_text(json.dumps(FAST))
     (base / "ws").mkdir()
-    proc = penguin("--home", base / "home", "run", "-m", "What is here?", "--script", script,
-                   "--workspace", base / "ws")
+    proc = penguin(
+        "--home",
+        base / "home",
+        "run",
+        "-m",
+        "What is here?",
+        "--script",
+        script,
+        "--workspace",
+        base / "ws",
+    )
     assert proc.returncode == 0, proc.stderr.decode()
     (info,) = DataRoot(base / "home").sessions()
     out = proc.stdout.decode()
@@ -96,11 +132,23 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 def test_run_json_lines_r_cli_1(tmp_path: Path) -> None:
     script = tmp_path / "fast.json"
     script.write_text(json.dumps(FAST))
-    proc = penguin("--home", tmp_path / "home", "run", "-m", "go", "--script", script,
-                   "--workspace", tmp_path, "--json")
+    proc = penguin(
+        "--home",
+        tmp_path / "home",
+        "run",
+        "-m",
+        "go",
+        "--script",
+        script,
+        "--workspace",
+        tmp_path,
+        "--json",
+    )
     assert proc.returncode == 0
     messages = [decode(line) for line in proc.stdout.splitlines()]
-    assert any(m.is_partial for m in messages) and not any(m.type == "session_meta" for m in messages)
+    assert any(m.is_partial for m in messages) and not any(
+        m.type == "session_meta" for m in messages
+    )
     assert b"session: " in proc.stderr
 
 
@@ -160,8 +208,15 @@ def test_bad_input_exits_2(tmp_path: Path) -> None:
 
 
 def test_validate_exit_1_on_a_bad_trace(tmp_path: Path) -> None:
-    meta = b.session_meta(session_id=SID, provider="p", model_id="m", model_context_window=1,
-                          system_prompt="s", agent_state="/a", workspace="/w")
+    meta = b.session_meta(
+        session_id=SID,
+        provider="p",
+        model_id="m",
+        model_context_window=1,
+        system_prompt="s",
+        agent_state="/a",
+        workspace="/w",
+    )
     path = tmp_path / f"{SID}_001.jsonl"
     path.write_bytes(encode_line(meta) + encode_line(b.request_end("completed")))
     proc = penguin("validate", path)
@@ -169,20 +224,40 @@ def test_validate_exit_1_on_a_bad_trace(tmp_path: Path) -> None:
 
 
 def test_hostile_trace_never_reaches_stdout_raw(tmp_path: Path) -> None:
-    meta = b.session_meta(session_id=SID, provider=HOSTILE, model_id=HOSTILE,
-                          model_context_window=1, system_prompt=HOSTILE, agent_state=HOSTILE,
-                          workspace=HOSTILE)
-    records = [meta, b.user_text(HOSTILE), b.request_begin(), b.thinking(HOSTILE),
-               b.assistant_text(HOSTILE), b.tool_call(HOSTILE, HOSTILE, HOSTILE),
-               b.approval_decision("allow", HOSTILE), b.request_end("completed"),
-               b.tool_call_output(HOSTILE, HOSTILE), b.abort(HOSTILE)]
-    day = tmp_path / "home" / "default_project" / "agents" / "default_agent" / "traces" / "2026-07-18"
+    meta = b.session_meta(
+        session_id=SID,
+        provider=HOSTILE,
+        model_id=HOSTILE,
+        model_context_window=1,
+        system_prompt=HOSTILE,
+        agent_state=HOSTILE,
+        workspace=HOSTILE,
+    )
+    records = [
+        meta,
+        b.user_text(HOSTILE),
+        b.request_begin(),
+        b.thinking(HOSTILE),
+        b.assistant_text(HOSTILE),
+        b.tool_call(HOSTILE, HOSTILE, HOSTILE),
+        b.approval_decision("allow", HOSTILE),
+        b.request_end("completed"),
+        b.tool_call_output(HOSTILE, HOSTILE),
+        b.abort(HOSTILE),
+    ]
+    day = (
+        tmp_path / "home" / "default_project" / "agents" / "default_agent" / "traces" / "2026-07-18"
+    )
     day.mkdir(parents=True)
     path = day / f"{SID}_001.jsonl"
     path.write_bytes(b"".join(encode_line(r) for r in records) + b"\x1b[2J raw\n")
     calls: list[list[str | Path]] = [
-        ["inspect", path], ["inspect", path, "--records"], ["stats", path], ["validate", path],
-        ["inspect", path, "--json"], ["--home", tmp_path / "home", "resume", SID],
+        ["inspect", path],
+        ["inspect", path, "--records"],
+        ["stats", path],
+        ["validate", path],
+        ["inspect", path, "--json"],
+        ["--home", tmp_path / "home", "resume", SID],
     ]
     for proc in penguins(*calls):
         assert proc.returncode in (0, 1, 2), proc.stderr
@@ -210,7 +285,9 @@ def test_resume_of_a_session_locked_by_another_process_exits_2(
     assert proc.returncode == 0, proc.stderr
     files = DataRoot(home).trace_files(sid)
     assert [f for f in validate_session(files) if f.severity == "error"] == []
-    assert len(read_trace(files).records) > len(read_trace(DataRoot(recorded[0]).trace_files(sid)).records)
+    assert len(read_trace(files).records) > len(
+        read_trace(DataRoot(recorded[0]).trace_files(sid)).records
+    )
 
 
 def test_inspect_follow_tails_appends_and_rotation(tmp_path: Path) -> None:
@@ -219,14 +296,24 @@ def test_inspect_follow_tails_appends_and_rotation(tmp_path: Path) -> None:
     traces = tmp_path / "home" / "default_project" / "agents" / "default_agent" / "traces"
     day = traces / "2026-07-18"
     day.mkdir(parents=True)
-    meta = b.session_meta(session_id=SID, provider="p", model_id="m", model_context_window=1,
-                          system_prompt="s", agent_state="/a", workspace="/w")
+    meta = b.session_meta(
+        session_id=SID,
+        provider="p",
+        model_id="m",
+        model_context_window=1,
+        system_prompt="s",
+        agent_state="/a",
+        workspace="/w",
+    )
     f1 = day / f"{SID}_001.jsonl"
     f1.write_bytes(encode_line(meta) + encode_line(b.user_text("first")))
     env = {k: v for k, v in os.environ.items() if k != "PENGUIN_HOME"}
-    proc = subprocess.Popen([str(PENGUIN), "--home", str(tmp_path / "home"), "inspect", SID,
-                             "--follow", "--json"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(
+        [str(PENGUIN), "--home", str(tmp_path / "home"), "inspect", SID, "--follow", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     out = b""
 
     def lines(n: int) -> list[bytes]:
@@ -234,7 +321,9 @@ def test_inspect_follow_tails_appends_and_rotation(tmp_path: Path) -> None:
         assert proc.stdout is not None
         deadline = time.monotonic() + 20
         while out.count(b"\n") < n:
-            ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            ready, _, _ = select.select(
+                [proc.stdout], [], [], max(0.0, deadline - time.monotonic())
+            )
             assert ready, f"timed out waiting for line {n}: {out!r}"
             chunk = os.read(proc.stdout.fileno(), 65536)
             assert chunk, f"follow ended early: {out!r}"
@@ -246,7 +335,9 @@ def test_inspect_follow_tails_appends_and_rotation(tmp_path: Path) -> None:
         with open(f1, "ab") as f:
             f.write(encode_line(b.assistant_text("second")))
         assert decode(lines(3)[2]).payload.text == "second"  # type: ignore[union-attr]
-        (day / f"{SID}_002.jsonl").write_bytes(encode_line(meta) + encode_line(b.user_text("third")))
+        (day / f"{SID}_002.jsonl").write_bytes(
+            encode_line(meta) + encode_line(b.user_text("third"))
+        )
         assert decode(lines(5)[4]).payload.text == "third"  # type: ignore[union-attr]
         proc.send_signal(signal.SIGINT)
         assert proc.wait(10) == 0

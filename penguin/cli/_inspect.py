@@ -155,7 +155,11 @@ def describe(record: OmniMessage) -> str:
     """One safe line saying what ``record`` is."""
     p = record.payload
     kind = kind_of(record)
-    origin = f"[{'/'.join(safe(o, keep_newlines=False) for o in record.origin)}] " if record.origin else ""
+    origin = (
+        f"[{'/'.join(safe(o, keep_newlines=False) for o in record.origin)}] "
+        if record.origin
+        else ""
+    )
     if isinstance(p, SessionMetaPayload):
         detail = (
             f"{safe(p.session_id)} {safe(p.provider)}/{safe(p.model_id)} "
@@ -372,8 +376,14 @@ class _Timeline:
             entry = self._request
             if entry is None:
                 entry = self._add(
-                    {"kind": "request", "at": at, "span": "turn", "number": None, "begin": None,
-                     "tokens": None}
+                    {
+                        "kind": "request",
+                        "at": at,
+                        "span": "turn",
+                        "number": None,
+                        "begin": None,
+                        "tokens": None,
+                    }
                 )
             entry.update(
                 status=p.status,
@@ -393,11 +403,18 @@ class _Timeline:
             role = "input" if p.role == "user" else "text"
             self._add({"kind": role, "at": at, "text": p.text, "stop_reason": p.stop_reason})
         elif isinstance(p, ImageUrlPayload):
-            self._add({"kind": "input", "at": at, "text": f"[image] {p.image_url[:200]}",
-                       "stop_reason": p.stop_reason})
+            self._add(
+                {
+                    "kind": "input",
+                    "at": at,
+                    "text": f"[image] {p.image_url[:200]}",
+                    "stop_reason": p.stop_reason,
+                }
+            )
         elif isinstance(p, ThinkingPayload):
-            self._add({"kind": "thinking", "at": at, "text": p.thinking,
-                       "stop_reason": p.stop_reason})
+            self._add(
+                {"kind": "thinking", "at": at, "text": p.thinking, "stop_reason": p.stop_reason}
+            )
         elif isinstance(p, ToolCallPayload):
             self._calls[p.tool_call_id] = self._add(
                 {
@@ -419,8 +436,9 @@ class _Timeline:
             if call is not None and call["approval"] is None:
                 call["approval"] = p.decision
             else:
-                self._add({"kind": "approval", "at": at, "id": p.tool_call_id,
-                           "decision": p.decision})
+                self._add(
+                    {"kind": "approval", "at": at, "id": p.tool_call_id, "decision": p.decision}
+                )
         elif isinstance(p, ToolCallOutputPayload):
             call = self._calls.get(p.tool_call_id)
             if call is not None and call["output"] is None:
@@ -428,8 +446,15 @@ class _Timeline:
                 call["output"] = p.output
                 call["duration_ms"] = _ms_between(call.get("called"), ts)
             else:
-                self._add({"kind": "tool_output", "at": at, "id": p.tool_call_id,
-                           "status": p.stop_reason or "completed", "output": p.output})
+                self._add(
+                    {
+                        "kind": "tool_output",
+                        "at": at,
+                        "id": p.tool_call_id,
+                        "status": p.stop_reason or "completed",
+                        "output": p.output,
+                    }
+                )
         elif isinstance(p, CompactionBeginPayload):
             self._compaction = self._add(
                 {
@@ -449,21 +474,30 @@ class _Timeline:
         elif isinstance(p, CompactionEndPayload):
             entry = self._compaction
             if entry is None:
-                entry = self._add({"kind": "compaction", "at": at, "reason": p.reason,
-                                   "mode": p.mode, "begin": None})
+                entry = self._add(
+                    {
+                        "kind": "compaction",
+                        "at": at,
+                        "reason": p.reason,
+                        "mode": p.mode,
+                        "begin": None,
+                    }
+                )
             self._request = None
             self._compaction = None
-            entry.update(status=p.status, attempt=p.attempt, error=p.error_message,
-                         duration_ms=_ms_between(entry.get("begin"), ts))
+            entry.update(
+                status=p.status,
+                attempt=p.attempt,
+                error=p.error_message,
+                duration_ms=_ms_between(entry.get("begin"), ts),
+            )
         elif isinstance(p, AbortPayload):
             self._add({"kind": "abort", "at": at, "reason": p.reason})
         elif isinstance(p, SubagentPayload):
             self._add({"kind": "subagent", "at": at, "session_id": p.session_id})
 
 
-def build_inspection(
-    files: list[NumberedFile], *, selected: list[int] | None = None
-) -> Inspection:
+def build_inspection(files: list[NumberedFile], *, selected: list[int] | None = None) -> Inspection:
     """Inspect ``files`` (one session's files in index order, or one file).
 
     ``selected`` (positions in ``files``) narrows the file table, counts and timeline; the
@@ -579,7 +613,9 @@ def _entry_line(e: dict[str, Any]) -> tuple[str, str]:
     if kind == "thinking":
         return f"thinking: {preview(e['text'], _PREVIEW)}", "dim italic"
     if kind == "tool_call":
-        line = f"tool {preview(e['name'], 40)} {preview(e['arguments'], 60)} ({preview(e['id'], 40)})"
+        line = (
+            f"tool {preview(e['name'], 40)} {preview(e['arguments'], 60)} ({preview(e['id'], 40)})"
+        )
         if e.get("stop_reason") not in (None, "completed"):
             line += f" [{e['stop_reason']}]"
         line += f"  approval: {e['approval'] or '-'}"
@@ -615,9 +651,7 @@ def _entry_line(e: dict[str, Any]) -> tuple[str, str]:
     return kind, ""
 
 
-def render_inspection(
-    console: Console, insp: Inspection, *, label: str, indent: str = ""
-) -> None:
+def render_inspection(console: Console, insp: Inspection, *, label: str, indent: str = "") -> None:
     """The session view; every line starts with ``indent`` (a child's view is nested)."""
 
     def line(text: Text | str, style: str = "") -> None:
@@ -632,8 +666,10 @@ def render_inspection(
     line(f"  source:    {safe(label, keep_newlines=False)}")
     if insp.meta is not None:
         m = insp.meta
-        line(f"  model:     {preview(m['provider'], 40)}/{preview(m['model_id'], 60)}"
-             f" (context window {preview(str(m['model_context_window']), 20)})")
+        line(
+            f"  model:     {preview(m['provider'], 40)}/{preview(m['model_id'], 60)}"
+            f" (context window {preview(str(m['model_context_window']), 20)})"
+        )
         line(f"  workspace: {preview(m['workspace'], 100)}")
         line(f"  system:    {preview(m['system_prompt'], 100)}")
         if m.get("source"):
@@ -644,7 +680,9 @@ def render_inspection(
     for col in ("#", "path", "bytes", "records", "record types"):
         table.add_column(col, overflow="fold")
     for f in insp.files:
-        kinds = ", ".join(f"{safe(k, keep_newlines=False)} {n}" for k, n in sorted(f["counts"].items()))
+        kinds = ", ".join(
+            f"{safe(k, keep_newlines=False)} {n}" for k, n in sorted(f["counts"].items())
+        )
         residue = " (crash residue)" if f["residue"] else ""
         table.add_row(
             _t(str(f["index"])),
@@ -658,22 +696,31 @@ def render_inspection(
     heading("State (SessionState)")
     s = insp.state
     tokens = s["session_tokens"]
-    line(f"  turns: {s['turns_total']} total, {s['turns_in_context']} in context; "
-         f"records {s['records']}; files {s['files']}")
-    line(f"  session tokens: {tokens['total']} (cache_read {tokens['cache_read']}, "
-         f"cache_write {tokens['cache_write']}, output {tokens['output']}); "
-         f"last request {s['last_request_total']}")
-    line(f"  last request status: {s['last_request_status'] or '-'}; "
-         f"task running: {s['task_running']}; open request: {s['open_request']}; "
-         f"open compaction: {s['open_compaction'] or '-'}")
-    line(f"  opened by compaction: {s['from_compaction']}; "
-         f"rotation pending: {s['rotation_pending']}")
+    line(
+        f"  turns: {s['turns_total']} total, {s['turns_in_context']} in context; "
+        f"records {s['records']}; files {s['files']}"
+    )
+    line(
+        f"  session tokens: {tokens['total']} (cache_read {tokens['cache_read']}, "
+        f"cache_write {tokens['cache_write']}, output {tokens['output']}); "
+        f"last request {s['last_request_total']}"
+    )
+    line(
+        f"  last request status: {s['last_request_status'] or '-'}; "
+        f"task running: {s['task_running']}; open request: {s['open_request']}; "
+        f"open compaction: {s['open_compaction'] or '-'}"
+    )
+    line(
+        f"  opened by compaction: {s['from_compaction']}; rotation pending: {s['rotation_pending']}"
+    )
 
     heading("Model context (ModelContext)")
     c = insp.context
     summary = c["pending_summary"]
-    line(f"  history: {c['history']} messages; carry-over: {c['carry_over']} messages; "
-         f"closed: {c['closed']}")
+    line(
+        f"  history: {c['history']} messages; carry-over: {c['carry_over']} messages; "
+        f"closed: {c['closed']}"
+    )
     line("  pending summary: " + (preview(summary, 120) if summary else "none"))
 
     heading("Timeline")
@@ -688,8 +735,13 @@ def render_inspection(
     if not insp.diagnostics:
         line("  none", "dim")
     for d in insp.diagnostics:
-        line(_t(f"  {safe(d['path'], keep_newlines=False)}:{d['line']}: {d['kind']}: "
-                f"{preview(d['detail'], 120)}", "yellow"))
+        line(
+            _t(
+                f"  {safe(d['path'], keep_newlines=False)}:{d['line']}: {d['kind']}: "
+                f"{preview(d['detail'], 120)}",
+                "yellow",
+            )
+        )
 
 
 # --------------------------------------------------------------------------- subagents
@@ -812,8 +864,9 @@ def follow_children(
             continue
         view.inspection = child
         view.label = str(files[-1])
-        view.children = follow_children(child, find, depth=depth + 1, max_depth=max_depth,
-                                        seen=seen)
+        view.children = follow_children(
+            child, find, depth=depth + 1, max_depth=max_depth, seen=seen
+        )
     return views
 
 
@@ -826,12 +879,15 @@ def render_children(console: Console, views: list[ChildView], *, indent: str = "
         if not views:
             console.print(_t("  none (no subagent pointers in this trace)", "dim"))
     for view in views:
-        head = (f"{indent}── subagent at {safe(view.at, keep_newlines=False)}: "
-                f"{safe(view.session_id, keep_newlines=False)}")
+        head = (
+            f"{indent}── subagent at {safe(view.at, keep_newlines=False)}: "
+            f"{safe(view.session_id, keep_newlines=False)}"
+        )
         console.print()
         if view.inspection is None:
-            console.print(_t(f"{head}: {safe(view.error or 'not shown')}", "yellow"),
-                          soft_wrap=True)
+            console.print(
+                _t(f"{head}: {safe(view.error or 'not shown')}", "yellow"), soft_wrap=True
+            )
             continue
         console.print(_t(head, "bold"), soft_wrap=True)
         inner = indent + "    "

@@ -248,8 +248,9 @@ def build_compaction(
         changes["max_session_turns"] = max_session_turns
     if compaction_mode is not None:
         if compaction_mode not in ("summarize", "discard"):
-            raise CliError(f"unknown --compaction-mode {safe(compaction_mode)!r}: "
-                           "choose summarize or discard")
+            raise CliError(
+                f"unknown --compaction-mode {safe(compaction_mode)!r}: choose summarize or discard"
+            )
         changes["mode"] = compaction_mode
     return base.model_copy(update=changes) if changes else base
 
@@ -345,7 +346,9 @@ class _Asker:
             return "deny"
         p = call.payload
         name, args, cid = (
-            (p.name, p.arguments, p.tool_call_id) if isinstance(p, ToolCallPayload) else ("?", "", "?")
+            (p.name, p.arguments, p.tool_call_id)
+            if isinstance(p, ToolCallPayload)
+            else ("?", "", "?")
         )
         if not await self._until_shown(call.origin, cid):
             return "deny"  # aborted before the call was even shown
@@ -353,8 +356,10 @@ class _Asker:
         # A subagent's call (R-SUB-5) names the child it comes from, as the rendering does.
         who = f"[subagent {short_id(call.origin[-1])}] " if call.origin else ""
         self._err.print(
-            Text(f"[approve] {who}{preview(name, 60)} {preview(args, 200)} ({preview(cid, 60)})",
-                 style="magenta bold"),
+            Text(
+                f"[approve] {who}{preview(name, 60)} {preview(args, 200)} ({preview(cid, 60)})",
+                style="magenta bold",
+            ),
             soft_wrap=True,
         )
         self._err.print(Text("allow? [y]es / [n]o / [a]ll from now on: "), end="")
@@ -453,8 +458,9 @@ async def _interrupts(
             if cancel.aborted:
                 _quit_now()
             err.print(
-                Text("\n[interrupt] aborting the run… (Ctrl-C again to quit at once)",
-                     style="yellow"),
+                Text(
+                    "\n[interrupt] aborting the run… (Ctrl-C again to quit at once)", style="yellow"
+                ),
                 soft_wrap=True,
             )
             cancel.abort("interrupted from the terminal")
@@ -506,4 +512,3 @@ async def drive(
         tg.cancel_scope.cancel()
     renderer.close()
     return RunOutcome(aborted=aborted, messages=count)
-

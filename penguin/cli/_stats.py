@@ -124,9 +124,13 @@ def render_usage(console: Console, session_id: str, usage: Usage) -> None:
     summary = usage_summary(usage)
     comp = summary["compactions"]
     console.print(_t(f"Session {safe(session_id, keep_newlines=False)}", "bold"))
-    console.print(_t(f"  requests {summary['requests_total']}, retries {summary['retries']}, "
-                     f"compactions completed {comp['completed']} / failed {comp['failed']} / "
-                     f"aborted {comp['aborted']}, errors {summary['errors_total']}"))
+    console.print(
+        _t(
+            f"  requests {summary['requests_total']}, retries {summary['retries']}, "
+            f"compactions completed {comp['completed']} / failed {comp['failed']} / "
+            f"aborted {comp['aborted']}, errors {summary['errors_total']}"
+        )
+    )
     console.print()
     console.print(_requests_table(summary))
     console.print()
@@ -151,15 +155,26 @@ def render_usage(console: Console, session_id: str, usage: Usage) -> None:
 
 def render_all(console: Console, rows: list[dict[str, Any]], total: dict[str, Any]) -> None:
     table = Table(title="Usage by session", title_justify="left", show_edge=False, pad_edge=False)
-    for col in ("session", "project/agent", "requests", "retries", "compactions", "errors",
-                "tokens"):
-        table.add_column(col, justify="left" if col in ("session", "project/agent") else "right",
-                         overflow="fold")
+    for col in (
+        "session",
+        "project/agent",
+        "requests",
+        "retries",
+        "compactions",
+        "errors",
+        "tokens",
+    ):
+        table.add_column(
+            col, justify="left" if col in ("session", "project/agent") else "right", overflow="fold"
+        )
     for row in rows:
         if "error" in row:
-            table.add_row(_t(safe(row["session_id"], keep_newlines=False)),
-                          _t(safe(f"{row['project']}/{row['agent']}", keep_newlines=False)),
-                          _t("unreadable: " + preview(row["error"], 60), "red"), *[_t("")] * 4)
+            table.add_row(
+                _t(safe(row["session_id"], keep_newlines=False)),
+                _t(safe(f"{row['project']}/{row['agent']}", keep_newlines=False)),
+                _t("unreadable: " + preview(row["error"], 60), "red"),
+                *[_t("")] * 4,
+            )
             continue
         comp = row["compactions"]
         table.add_row(
@@ -176,10 +191,14 @@ def render_all(console: Console, rows: list[dict[str, Any]], total: dict[str, An
         console.print()
         console.print(_t(f"All sessions: {len(rows)}", "bold"))
         comp = total.get("compactions", {"completed": 0, "failed": 0, "aborted": 0})
-        console.print(_t(f"  requests {total.get('requests_total', 0)}, retries "
-                         f"{total.get('retries', 0)}, compactions completed {comp['completed']} / "
-                         f"failed {comp['failed']} / aborted {comp['aborted']}, errors "
-                         f"{total.get('errors_total', 0)}"))
+        console.print(
+            _t(
+                f"  requests {total.get('requests_total', 0)}, retries "
+                f"{total.get('retries', 0)}, compactions completed {comp['completed']} / "
+                f"failed {comp['failed']} / aborted {comp['aborted']}, errors "
+                f"{total.get('errors_total', 0)}"
+            )
+        )
         if "tokens" in total:
             console.print()
             console.print(_requests_table(total))

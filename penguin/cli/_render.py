@@ -201,7 +201,8 @@ class StreamRenderer:
             if p.decision != "allow":
                 self._spawns.get(origin, {}).pop(p.tool_call_id, None)
             self._line(
-                origin, f"[approval] {p.decision} {safe(p.tool_call_id, keep_newlines=False)}",
+                origin,
+                f"[approval] {p.decision} {safe(p.tool_call_id, keep_newlines=False)}",
                 "magenta",
             )
         elif isinstance(p, ToolCallOutputPayload):
@@ -231,7 +232,9 @@ class StreamRenderer:
             )
         elif isinstance(p, CompactionEndPayload):
             detail = f": {safe(p.error_message, keep_newlines=False)}" if p.error_message else ""
-            self._line(origin, f"[compaction {p.status}] attempts: {p.attempt or 1}{detail}", "blue")
+            self._line(
+                origin, f"[compaction {p.status}] attempts: {p.attempt or 1}{detail}", "blue"
+            )
         elif isinstance(p, AbortPayload):
             self._line(origin, f"[abort] {safe(p.reason or '', keep_newlines=False)}", "red")
         elif isinstance(p, ToolListReadyPayload):
@@ -259,8 +262,9 @@ class StreamRenderer:
             if len(running) > 1:
                 header += " (guessed by start order)"
         self._break()
-        self._c.print(Text("  " * len(child) + header, style="bold"), soft_wrap=True,
-                      highlight=False)
+        self._c.print(
+            Text("  " * len(child) + header, style="bold"), soft_wrap=True, highlight=False
+        )
 
     # ------------------------------------------------------------------ tool calls and output
 
@@ -327,8 +331,9 @@ class StreamRenderer:
         self._spawns.get(origin, {}).pop(p.tool_call_id, None)
         stream = self._tools.pop((origin, p.tool_call_id), None)
         status = p.stop_reason or "completed"
-        self._line(origin, f"[output {safe(p.tool_call_id, keep_newlines=False)} {status}]",
-                   "green")
+        self._line(
+            origin, f"[output {safe(p.tool_call_id, keep_newlines=False)} {status}]", "green"
+        )
         if stream is None or not stream.streamed:
             body = p.output
             if len(body) > _OUTPUT_PREVIEW:

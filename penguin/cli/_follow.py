@@ -36,9 +36,7 @@ class Follower:
     """Reads a session's files from byte offsets; calls ``emit`` for each new record with its
     ``file:ordinal`` coordinate and line number."""
 
-    def __init__(
-        self, path: Path, emit: Callable[[int, int, int, OmniMessage], None]
-    ) -> None:
+    def __init__(self, path: Path, emit: Callable[[int, int, int, OmniMessage], None]) -> None:
         self.path = path
         self._emit = emit
         name = trace_name(path)

@@ -84,9 +84,7 @@ def out_console() -> Console:
 
 
 def err_console() -> Console:
-    return Console(
-        stderr=True, highlight=False, markup=False, emoji=False, no_color=_no_color()
-    )
+    return Console(stderr=True, highlight=False, markup=False, emoji=False, no_color=_no_color())
 
 
 def write_json(value: Any) -> None:

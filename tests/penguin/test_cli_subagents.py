@@ -33,10 +33,10 @@ from eventstore import (
     read_trace,
 )
 from eventstore import builders as b
-from replay._cli import app
-from replay._clikit import out_console
-from replay._inspect import MAX_CHILD_DEPTH
-from replay._render import StreamRenderer, short_id
+from penguin.cli._cli import app
+from penguin.cli._clikit import out_console
+from penguin.cli._inspect import MAX_CHILD_DEPTH
+from penguin.cli._render import StreamRenderer, short_id
 from replay._validate import validate_session
 
 ESC_2J = "\x1b[2J"
@@ -58,9 +58,11 @@ def call(name: str, arguments: dict[str, Any], cid: str) -> dict[str, Any]:
 
 # The child writes a file and reads one with a hostile name, concurrently, in one turn.
 CHILD = [
-    [{"text": f"Child {HOSTILE}\nsecond line"},
-     call("write_file", {"path": "a.txt", "content": "A\nB\n"}, "c1"),
-     call("read_file", {"path": HOSTILE}, "c2")],
+    [
+        {"text": f"Child {HOSTILE}\nsecond line"},
+        call("write_file", {"path": "a.txt", "content": "A\nB\n"}, "c1"),
+        call("read_file", {"path": HOSTILE}, "c2"),
+    ],
     [{"text": "child answer"}],
 ]
 PARENT = [[{"text": "Delegating."}, spawn("write a.txt", "p1")], [{"text": "All done."}]]
@@ -85,8 +87,13 @@ def make_family(tmp_path: Path, parent_script: Any = PARENT, *child_scripts: Any
         return llms[-1]
 
     async def go() -> Family:
-        runner = SessionSubagentRunner(child_llm, root=env.root, workspace=env.workspace,
-                                       compaction=None, system_prompt="You are a subagent.")
+        runner = SessionSubagentRunner(
+            child_llm,
+            root=env.root,
+            workspace=env.workspace,
+            compaction=None,
+            system_prompt="You are a subagent.",
+        )
         parent, _ = await make_session(
             env, parent_script, environment=LocalEnvironment(env.workspace, subagents=runner)
         )
@@ -94,8 +101,11 @@ def make_family(tmp_path: Path, parent_script: Any = PARENT, *child_scripts: Any
             with anyio.fail_after(20):  # a deadlock guard, not a timing assertion
                 stream = await collect(parent.run([b.user_text("go")], approve=allow_all))
             check_trace(parent, stream)
-        metas = [m.payload.session_id for m in stream
-                 if isinstance(m.payload, SessionMetaPayload) and m.origin]
+        metas = [
+            m.payload.session_id
+            for m in stream
+            if isinstance(m.payload, SessionMetaPayload) and m.origin
+        ]
         return Family(env=env, parent=parent.id, children=metas, stream=stream)
 
     return anyio.run(go)
@@ -104,7 +114,9 @@ def make_family(tmp_path: Path, parent_script: Any = PARENT, *child_scripts: Any
 def invoke(*args: str | Path, input: str | None = None) -> Result:
     result = CliRunner().invoke(app, [str(a) for a in args], input=input)
     if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise AssertionError(f"uncaught {result.exception!r}\n{result.output}") from result.exception
+        raise AssertionError(
+            f"uncaught {result.exception!r}\n{result.output}"
+        ) from result.exception
     assert "Traceback" not in result.output
     return result
 
@@ -135,8 +147,15 @@ def render(stream: list[OmniMessage], monkeypatch: pytest.MonkeyPatch) -> tuple[
 
 
 def record_console() -> Console:
-    return Console(record=True, width=WIDTH, no_color=True, color_system=None,
-                   highlight=False, markup=False, emoji=False)
+    return Console(
+        record=True,
+        width=WIDTH,
+        no_color=True,
+        color_system=None,
+        highlight=False,
+        markup=False,
+        emoji=False,
+    )
 
 
 def tagged(msg: OmniMessage, *origin: str) -> OmniMessage:
@@ -144,9 +163,16 @@ def tagged(msg: OmniMessage, *origin: str) -> OmniMessage:
 
 
 def child_meta(session_id: str) -> OmniMessage:
-    return b.session_meta(session_id=session_id, provider="scripted", model_id="m",
-                          model_context_window="unknown", system_prompt="s",
-                          agent_state="/x", workspace="/w", source="subagent")
+    return b.session_meta(
+        session_id=session_id,
+        provider="scripted",
+        model_id="m",
+        model_context_window="unknown",
+        system_prompt="s",
+        agent_state="/x",
+        workspace="/w",
+        source="subagent",
+    )
 
 
 # --------------------------------------------------------------------------- run: rendering
@@ -170,8 +196,11 @@ def test_renderer_nests_child_messages_under_the_spawning_call_r_sub_1(
     child_lines = [i for i, line in enumerate(lines) if line.startswith(lead)]
     assert child_lines and all(header_at < i < out_at for i in child_lines)
     # Everything between the header and the parent's output is the child's (nothing else runs).
-    assert all(lines[i].startswith(lead) for i in range(header_at + 1, out_at)
-               if not lines[i].startswith("  [p1]") and lines[i] != "  child answer")
+    assert all(
+        lines[i].startswith(lead)
+        for i in range(header_at + 1, out_at)
+        if not lines[i].startswith("  [p1]") and lines[i] != "  child answer"
+    )
     # The child's tool calls, approvals and outputs are the child's lines, not top-level ones.
     write_call = f'{lead}[tool] write_file {{"path":"a.txt","content":"A\\nB\\n"}}  (c1)'
     assert write_call in lines
@@ -185,7 +214,10 @@ def test_renderer_nests_child_messages_under_the_spawning_call_r_sub_1(
     assert lines[-1] == "All done."
     # Hostile child strings are shown escaped, never raw (and NO_COLOR: no ANSI at all).
     assert_terminal_safe(data)
-    assert f"{lead}Child \\x1b[2J\\x1b]52;c;cm0gLXJmIH4=\\x07\\u202egnp.exe\\x9b31m[bold]markup[/]" in lines
+    assert (
+        f"{lead}Child \\x1b[2J\\x1b]52;c;cm0gLXJmIH4=\\x07\\u202egnp.exe\\x9b31m[bold]markup[/]"
+        in lines
+    )
     read_call = next(line for line in lines if line.startswith(f"{lead}[tool] read_file"))
     assert "\\u202egnp.exe\\x9b31m" in read_call  # JSON leaves these raw; safe() does not
     assert f"{lead}  [c2] [tool error] file not found: \\x1b[2J" in "\n".join(lines)
@@ -255,7 +287,10 @@ def test_renderer_attribution_rules_and_per_origin_text() -> None:
     assert "  aaaaaaaa │ kid line one" in lines and "  aaaaaaaa │ kid line two" in lines
     assert "Parent says hel" in lines and "lo." in lines  # the parent's line was ended, not mixed
     assert "  aaaaaaaa │ [output k1 completed]" in lines
-    assert "  cccccccc │ > steer \\x1b[2J\\x1b]52;c;cm0gLXJmIH4=\\x07\\u202egnp.exe\\x9b31m[bold]markup[/]" in lines
+    assert (
+        "  cccccccc │ > steer \\x1b[2J\\x1b]52;c;cm0gLXJmIH4=\\x07\\u202egnp.exe\\x9b31m[bold]markup[/]"
+        in lines
+    )
     assert_terminal_safe(console.export_text().encode())
 
 
@@ -264,18 +299,23 @@ def test_renderer_attribution_rules_and_per_origin_text() -> None:
 
 SUB_SCRIPT: dict[str, Any] = {
     "responses": [[{"text": "Delegating."}, spawn("write a.txt", "p1")], [{"text": "All done."}]],
-    "subagent": [[{"text": "On it."}, call("write_file", {"path": "a.txt", "content": "A"}, "c1")],
-                 [{"text": "Wrote a.txt."}]],
+    "subagent": [
+        [{"text": "On it."}, call("write_file", {"path": "a.txt", "content": "A"}, "c1")],
+        [{"text": "Wrote a.txt."}],
+    ],
 }
 
 
-def run_cli(tmp_path: Path, script: dict[str, Any], *extra: str, input: str | None = None) -> tuple[Path, Result]:
+def run_cli(
+    tmp_path: Path, script: dict[str, Any], *extra: str, input: str | None = None
+) -> tuple[Path, Result]:
     home, ws = tmp_path / "home", tmp_path / "ws"
     ws.mkdir(exist_ok=True)
     path = tmp_path / "script.json"
     path.write_text(json.dumps(script))
-    result = invoke("--home", home, "run", "-m", "go", "--script", path, "--workspace", ws, *extra,
-                    input=input)
+    result = invoke(
+        "--home", home, "run", "-m", "go", "--script", path, "--workspace", ws, *extra, input=input
+    )
     return home, result
 
 
@@ -290,7 +330,9 @@ def test_run_with_subagents_spawns_a_child_session_r_cli_1(tmp_path: Path) -> No
     (child,) = [sid for sid, m in metas.items() if m.source == "subagent"]  # type: ignore[union-attr]
     (parent,) = set(infos) - {child}
     records = read_trace(infos[parent].files).records
-    assert [r.payload.session_id for r in records if isinstance(r.payload, SubagentPayload)] == [child]
+    assert [r.payload.session_id for r in records if isinstance(r.payload, SubagentPayload)] == [
+        child
+    ]
     for info in infos.values():
         assert [f for f in validate_session(info.files) if f.severity == "error"] == []
     assert (tmp_path / "ws" / "a.txt").read_text() == "A"
@@ -328,11 +370,13 @@ def test_run_subagents_default_child_script_and_input_errors(tmp_path: Path) -> 
 
 def test_run_subagents_approve_ask_names_the_child_r_sub_5(tmp_path: Path) -> None:
     """R-SUB-5: with --approve ask the child's calls are asked about too, naming the child."""
-    home, result = run_cli(tmp_path, SUB_SCRIPT, "--subagents", "--approve", "ask",
-                           input="y\ny\n")
+    home, result = run_cli(tmp_path, SUB_SCRIPT, "--subagents", "--approve", "ask", input="y\ny\n")
     assert result.exit_code == 0, result.output
-    (child,) = [i.session_id for i in DataRoot(home).sessions()
-                if read_trace(i.files).records[0].payload.source == "subagent"]  # type: ignore[union-attr]
+    (child,) = [
+        i.session_id
+        for i in DataRoot(home).sessions()
+        if read_trace(i.files).records[0].payload.source == "subagent"
+    ]  # type: ignore[union-attr]
     assert "[approve] run_subagent" in result.stderr
     assert f"[approve] [subagent {short_id(child)}] write_file" in result.stderr
     assert (tmp_path / "ws" / "a.txt").read_text() == "A"
@@ -353,7 +397,7 @@ def test_inspect_children_shows_the_child_under_its_pointer_r_cli_4(tmp_path: Pa
     head = lines.index(f"── subagent at {coord}: {child}")
     assert lines.index(f"Session {fam.parent}") < lines.index("Subagents") < head
     assert lines[head + 1] == f"    Session {child}"
-    below = lines[head + 1:]
+    below = lines[head + 1 :]
     assert "      started as: subagent" in below
     assert any(line.startswith("    Timeline") for line in below)
     assert any("tool write_file" in line and line.startswith("    ") for line in below)
@@ -367,8 +411,9 @@ def test_inspect_children_json_nests_the_child_inspection(tmp_path: Path) -> Non
     fam = make_family(tmp_path)
     (child,) = fam.children
     (coord,) = pointer_coords(fam.env.home, fam.parent)
-    data = json.loads(invoke("--home", fam.env.home, "inspect", fam.parent, "--children",
-                             "--json").stdout)
+    data = json.loads(
+        invoke("--home", fam.env.home, "inspect", fam.parent, "--children", "--json").stdout
+    )
     assert data["session_id"] == fam.parent
     (view,) = data["children"]
     assert (view["at"], view["session_id"], view["error"]) == (coord, child, None)
@@ -387,8 +432,11 @@ def test_inspect_children_of_a_trace_path_finds_the_child_beside_it(tmp_path: Pa
     fam = make_family(tmp_path)
     (child,) = fam.children
     (parent_file,) = fam.env.root.trace_files(fam.parent)
-    data = json.loads(invoke("--home", tmp_path / "elsewhere", "inspect", parent_file,
-                             "--children", "--json").stdout)
+    data = json.loads(
+        invoke(
+            "--home", tmp_path / "elsewhere", "inspect", parent_file, "--children", "--json"
+        ).stdout
+    )
     assert data["children"][0]["inspection"]["session_id"] == child
 
 
@@ -404,8 +452,9 @@ def test_inspect_children_missing_child_is_a_diagnostic(tmp_path: Path) -> None:
     assert f"── subagent at {coord}: {child}: not found: no trace files for this session" in (
         result.stdout.splitlines()
     )
-    data = json.loads(invoke("--home", fam.env.home, "inspect", fam.parent, "--children",
-                             "--json").stdout)
+    data = json.loads(
+        invoke("--home", fam.env.home, "inspect", fam.parent, "--children", "--json").stdout
+    )
     (view,) = data["children"]
     assert view["inspection"] is None and view["error"].startswith("not found")
 
@@ -433,12 +482,12 @@ def test_inspect_children_guards_cycles_bad_ids_and_depth(tmp_path: Path) -> Non
     assert "── subagent at 1:2: session-b\n" in out
     assert "── subagent at 1:3: ../\\x1b[2J" in out and "invalid session id" in out
     assert out.count("already shown above") == 2  # b → a (a cycle) and b → b
-    data = json.loads(invoke("--home", home, "inspect", "session-a", "--children",
-                             "--json").stdout)
+    data = json.loads(invoke("--home", home, "inspect", "session-a", "--children", "--json").stdout)
     b_view, evil_view = data["children"]
     assert evil_view["session_id"] == evil and evil_view["inspection"] is None
     assert [v["error"].startswith("already shown") for v in b_view["inspection"]["children"]] == [
-        True, True
+        True,
+        True,
     ]
 
     chain = [f"session-c{i}" for i in range(MAX_CHILD_DEPTH + 2)]

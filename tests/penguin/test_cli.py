@@ -27,11 +27,11 @@ from eventstore import (
     read_trace,
 )
 from eventstore import builders as b
-from replay import _live
-from replay._cli import app
-from replay._follow import Follower
-from replay._render import StreamRenderer
-from replay._safe import safe, safe_json, safe_json_bytes
+from penguin.cli import _live
+from penguin.cli._cli import app
+from penguin.cli._follow import Follower
+from penguin.cli._render import StreamRenderer
+from penguin.cli._safe import safe, safe_json, safe_json_bytes
 from replay._validate import validate_session
 
 FAST: dict[str, Any] = {
@@ -40,8 +40,13 @@ FAST: dict[str, Any] = {
         [
             {"thinking": "Let me look."},
             {"text": "Listing files."},
-            {"tool_call": {"name": "shell", "arguments": {"cmd": "ls"},
-                           "result": {"output": "a.txt\nb.txt\n"}}},
+            {
+                "tool_call": {
+                    "name": "shell",
+                    "arguments": {"cmd": "ls"},
+                    "result": {"output": "a.txt\nb.txt\n"},
+                }
+            },
         ],
         [{"text": "Here are two files."}],
     ],
@@ -56,8 +61,16 @@ RETRY: dict[str, Any] = {
 MORE: dict[str, Any] = {
     "tools": FAST["tools"],
     "responses": [
-        [{"tool_call": {"name": "shell", "arguments": {"cmd": "pwd"}, "id": "call_more",
-                        "result": {"output": "/w"}}}],
+        [
+            {
+                "tool_call": {
+                    "name": "shell",
+                    "arguments": {"cmd": "pwd"},
+                    "id": "call_more",
+                    "result": {"output": "/w"},
+                }
+            }
+        ],
         [{"text": "Done again."}],
     ],
 }
@@ -81,11 +94,15 @@ FORBIDDEN = (b"\x1b", b"\x07", b"\xc2\x9b", "\u202e".encode())
 # --------------------------------------------------------------------------- helpers
 
 
-def invoke(*args: str | Path, input: str | None = None, env: dict[str, str] | None = None) -> Result:
+def invoke(
+    *args: str | Path, input: str | None = None, env: dict[str, str] | None = None
+) -> Result:
     result = CliRunner().invoke(app, [str(a) for a in args], input=input, env=env)
     # Never a traceback: every failure is a one-line message and an exit code.
     if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise AssertionError(f"uncaught {result.exception!r}\n{result.output}") from result.exception
+        raise AssertionError(
+            f"uncaught {result.exception!r}\n{result.output}"
+        ) from result.exception
     assert "Traceback" not in result.output
     return result
 
@@ -99,8 +116,18 @@ def write_script(tmp_path: Path, script: dict[str, Any], name: str = "script.jso
 def run_session(tmp_path: Path, home: Path, script: dict[str, Any], *extra: str) -> Result:
     ws = tmp_path / "ws"
     ws.mkdir(exist_ok=True)
-    return invoke("--home", home, "run", "-m", "What is here?", "--script",
-                  write_script(tmp_path, script), "--workspace", ws, *extra)
+    return invoke(
+        "--home",
+        home,
+        "run",
+        "-m",
+        "What is here?",
+        "--script",
+        write_script(tmp_path, script),
+        "--workspace",
+        ws,
+        *extra,
+    )
 
 
 def session_ids(home: Path) -> list[str]:
@@ -138,7 +165,12 @@ def write_records(path: Path, records: list[Any], *, raw: bytes = b"") -> Path:
 
 def turn(text: str, usage: int = 4) -> list[Any]:
     counts = TokenCounts(cache_write=usage - 1, output=1, total=usage)
-    return [b.request_begin(), b.assistant_text(text), b.token_usage(counts), b.request_end("completed")]
+    return [
+        b.request_begin(),
+        b.assistant_text(text),
+        b.token_usage(counts),
+        b.request_end("completed"),
+    ]
 
 
 def hostile_home(tmp_path: Path) -> Path:
@@ -147,8 +179,13 @@ def hostile_home(tmp_path: Path) -> Path:
     home = tmp_path / "hostile"
     tools = [ToolDefinition(name=HOSTILE, description=HOSTILE)]
     records = [
-        meta(provider=HOSTILE, model_id=HOSTILE, system_prompt=HOSTILE, workspace=HOSTILE,
-             agent_state=HOSTILE),
+        meta(
+            provider=HOSTILE,
+            model_id=HOSTILE,
+            system_prompt=HOSTILE,
+            workspace=HOSTILE,
+            agent_state=HOSTILE,
+        ),
         b.user_text(HOSTILE),
         b.tool_list_ready(tools),
         b.request_begin(),
@@ -168,12 +205,20 @@ def hostile_home(tmp_path: Path) -> Path:
         b.request_end("completed"),
         b.compaction_end("manual", "summarize", "failed", attempt=1, error_message=HOSTILE),
     ]
-    unknown = json.dumps({"timestamp": HOSTILE, "type": "event_msg",
-                          "payload": {"type": "x_" + HOSTILE, "v": HOSTILE}}).encode()
+    unknown = json.dumps(
+        {
+            "timestamp": HOSTILE,
+            "type": "event_msg",
+            "payload": {"type": "x_" + HOSTILE, "v": HOSTILE},
+        }
+    ).encode()
     raw = b"not json \x1b[2J\x07 \xc2\x9b\n" + unknown + b"\n"
     path = trace_file(home)
-    path.write_bytes(b"".join(encode_line(r) for r in records[:5]) + raw
-                     + b"".join(encode_line(r) for r in records[5:]))
+    path.write_bytes(
+        b"".join(encode_line(r) for r in records[:5])
+        + raw
+        + b"".join(encode_line(r) for r in records[5:])
+    )
     return home
 
 
@@ -246,25 +291,47 @@ def test_run_approve_ask_reads_the_answer_from_stdin(
     home = tmp_path / "home"
     ws = tmp_path / "ws"
     ws.mkdir()
-    result = invoke("--home", home, "run", "-m", "go", "--script", write_script(tmp_path, FAST),
-                    "--workspace", ws, "--approve", "ask", input=answer)
+    result = invoke(
+        "--home",
+        home,
+        "run",
+        "-m",
+        "go",
+        "--script",
+        write_script(tmp_path, FAST),
+        "--workspace",
+        ws,
+        "--approve",
+        "ask",
+        input=answer,
+    )
     assert result.exit_code == 0, result.output
     assert "[approve] shell" in result.stderr and "allow?" in result.stderr
     records = read_trace(DataRoot(home).trace_files(session_ids(home)[0])).records
-    decisions = [r.payload.decision for r in records if r.payload.__class__.__name__ ==
-                 "ApprovalDecisionPayload"]  # type: ignore[union-attr]
+    decisions = [
+        r.payload.decision
+        for r in records
+        if r.payload.__class__.__name__ == "ApprovalDecisionPayload"
+    ]  # type: ignore[union-attr]
     assert decisions == [decision]
 
 
 def test_run_shows_steering_delivered_during_the_run(tmp_path: Path) -> None:
     """Input that arrives mid-run (R-STEER) is part of the rendering, not only of the trace."""
-    script = {"responses": [[{"steer": "also check b.txt"}, {"text": "Looking at a."}],
-                            [{"text": "And b too."}]]}
+    script = {
+        "responses": [
+            [{"steer": "also check b.txt"}, {"text": "Looking at a."}],
+            [{"text": "And b too."}],
+        ]
+    }
     result = run_session(tmp_path, tmp_path / "home", script)
     assert result.exit_code == 0, result.output
     out = result.stdout
-    assert out.index("Looking at a.") < out.index("> [user_steering]\nalso check b.txt") \
+    assert (
+        out.index("Looking at a.")
+        < out.index("> [user_steering]\nalso check b.txt")
         < out.index("And b too.")
+    )
 
 
 def test_run_that_ends_with_abort_exits_1_r_cli_1(tmp_path: Path) -> None:
@@ -285,8 +352,9 @@ def test_run_options_reach_the_session(tmp_path: Path) -> None:
     records = read_trace(DataRoot(home).trace_files(session_ids(home)[0])).records
     assert records[0].payload.system_prompt == "Be terse."  # type: ignore[union-attr]
     home2 = tmp_path / "home2"
-    result = run_session(tmp_path, home2, FAST, "--max-context-length", "5",
-                         "--compaction-mode", "discard")
+    result = run_session(
+        tmp_path, home2, FAST, "--max-context-length", "5", "--compaction-mode", "discard"
+    )
     assert result.exit_code == 0, result.output
     assert "[compaction] discard (context; context 6, turns 2)" in result.stdout
     assert "[compaction completed]" in result.stdout
@@ -302,8 +370,21 @@ def test_run_input_errors_exit_2(tmp_path: Path) -> None:
     result = invoke("--home", home, "run", "-m", "x", "--model", "m", "--workspace", tmp_path)
     assert result.exit_code == 2 and "--llm" in result.stderr
     # A provider without its key: exit 2 with the variable to set, before anything is written.
-    result = invoke("--home", home, "run", "-m", "x", "--llm", "anthropic", "--model", "m",
-                    "--api-key-env", "PENGUIN_TEST_NO_SUCH_KEY", "--workspace", tmp_path)
+    result = invoke(
+        "--home",
+        home,
+        "run",
+        "-m",
+        "x",
+        "--llm",
+        "anthropic",
+        "--model",
+        "m",
+        "--api-key-env",
+        "PENGUIN_TEST_NO_SUCH_KEY",
+        "--workspace",
+        tmp_path,
+    )
     assert result.exit_code == 2 and "PENGUIN_TEST_NO_SUCH_KEY" in result.stderr
     assert not home.exists()
     assert invoke("--home", home, "run").exit_code == 2  # -m is required
@@ -313,9 +394,18 @@ def test_home_option_overrides_penguin_home(tmp_path: Path) -> None:
     env_home, opt_home = tmp_path / "env-home", tmp_path / "opt-home"
     ws = tmp_path / "ws"
     ws.mkdir()
-    result = invoke("--home", opt_home, "run", "-m", "x", "--script",
-                    write_script(tmp_path, FAST), "--workspace", ws,
-                    env={"PENGUIN_HOME": str(env_home)})
+    result = invoke(
+        "--home",
+        opt_home,
+        "run",
+        "-m",
+        "x",
+        "--script",
+        write_script(tmp_path, FAST),
+        "--workspace",
+        ws,
+        env={"PENGUIN_HOME": str(env_home)},
+    )
     assert result.exit_code == 0, result.output
     assert len(session_ids(opt_home)) == 1 and not env_home.exists()
     listed = invoke("sessions", "--json", env={"PENGUIN_HOME": str(opt_home)})
@@ -328,8 +418,21 @@ def test_project_and_agent_place_and_narrow_sessions(tmp_path: Path) -> None:
     ws.mkdir()
     script = write_script(tmp_path, FAST)
     for agent in ("alpha", "beta"):
-        result = invoke("--home", home, "--project", "proj", "--agent", agent, "run", "-m", "x",
-                        "--script", script, "--workspace", ws)
+        result = invoke(
+            "--home",
+            home,
+            "--project",
+            "proj",
+            "--agent",
+            agent,
+            "run",
+            "-m",
+            "x",
+            "--script",
+            script,
+            "--workspace",
+            ws,
+        )
         assert result.exit_code == 0, result.output
     rows = json.loads(invoke("--home", home, "--agent", "beta", "sessions", "--json").stdout)
     assert [(r["project"], r["agent"]) for r in rows] == [("proj", "beta")]
@@ -343,8 +446,10 @@ def test_sessions_lists_newest_first_with_the_spec_columns_r_cli_3(tmp_path: Pat
     home = tmp_path / "home"
     older, newer = "session-2026-01-01-00-00-00-00000001", "session-2026-02-01-00-00-00-00000002"
     write_records(trace_file(home, sid=older), [meta(older), b.user_text("a"), *turn("A")])
-    write_records(trace_file(home, sid=newer),
-                  [meta(newer), b.user_text("b"), *turn("B"), b.user_text("c"), *turn("C")])
+    write_records(
+        trace_file(home, sid=newer),
+        [meta(newer), b.user_text("b"), *turn("B"), b.user_text("c"), *turn("C")],
+    )
     rows = json.loads(invoke("--home", home, "sessions", "--json").stdout)
     assert [r["session_id"] for r in rows] == [newer, older]
     first = rows[0]
@@ -361,8 +466,16 @@ def test_sessions_lists_newest_first_with_the_spec_columns_r_cli_3(tmp_path: Pat
         "latest_trace": str(trace_file(home, sid=newer)),
     }
     text = invoke("--home", home, "sessions").stdout
-    for column in ("id", "project/agent", "created", "files", "records", "turns", "last status",
-                   "latest trace"):
+    for column in (
+        "id",
+        "project/agent",
+        "created",
+        "files",
+        "records",
+        "turns",
+        "last status",
+        "latest trace",
+    ):
         assert column in text
     assert text.index(newer) < text.index(older)
 
@@ -378,8 +491,9 @@ def test_sessions_on_an_empty_root(tmp_path: Path) -> None:
 
 def two_file_session(home: Path) -> list[Path]:
     f1 = write_records(trace_file(home, 1), [meta(), b.user_text("first task"), *turn("one")])
-    f2 = write_records(trace_file(home, 2),
-                       [meta(), b.user_text("second task"), *turn("two", 9), b.abort("stop")])
+    f2 = write_records(
+        trace_file(home, 2), [meta(), b.user_text("second task"), *turn("two", 9), b.abort("stop")]
+    )
     return [f1, f2]
 
 
@@ -390,8 +504,13 @@ def test_inspect_shows_files_state_context_and_timeline_r_cli_4(tmp_path: Path) 
     result = invoke("--home", home, "inspect", sid)
     assert result.exit_code == 0, result.output
     out = result.stdout
-    for section in ("Files", "State (SessionState)", "Model context (ModelContext)", "Timeline",
-                    "Diagnostics"):
+    for section in (
+        "Files",
+        "State (SessionState)",
+        "Model context (ModelContext)",
+        "Timeline",
+        "Diagnostics",
+    ):
         assert section in out
     assert "turn request #1  timeout  attempt 1" in out
     assert "retry in 250 ms" in out
@@ -404,16 +523,37 @@ def test_inspect_json_shape_r_cli_4(tmp_path: Path) -> None:
     run_session(tmp_path, home, FAST)
     (sid,) = session_ids(home)
     data = json.loads(invoke("--home", home, "inspect", sid, "--json").stdout)
-    assert set(data) >= {"session_id", "meta", "files", "counts", "state", "context", "timeline",
-                         "requests", "tool_calls", "compactions", "aborts", "diagnostics"}
+    assert set(data) >= {
+        "session_id",
+        "meta",
+        "files",
+        "counts",
+        "state",
+        "context",
+        "timeline",
+        "requests",
+        "tool_calls",
+        "compactions",
+        "aborts",
+        "diagnostics",
+    }
     assert data["session_id"] == sid
     assert data["state"]["turns_total"] == 2
-    assert data["context"] == {"history": 6, "carry_over": 0, "pending_summary": None,
-                               "closed": False, "open_request": False,
-                               "dangling_compaction": None}
+    assert data["context"] == {
+        "history": 6,
+        "carry_over": 0,
+        "pending_summary": None,
+        "closed": False,
+        "open_request": False,
+        "dangling_compaction": None,
+    }
     (call,) = data["tool_calls"]
     assert (call["name"], call["approval"], call["output_status"], call["output"]) == (
-        "shell", "allow", "completed", "a.txt\nb.txt\n")
+        "shell",
+        "allow",
+        "completed",
+        "a.txt\nb.txt\n",
+    )
     assert [r["status"] for r in data["requests"]] == ["completed", "completed"]
     assert all(isinstance(r["tokens"], dict) for r in data["requests"])
     assert data["files"][0]["counts"]["tool_call"] == 1
@@ -478,8 +618,9 @@ def test_validate_clean_and_bad_traces_r_cli_5(tmp_path: Path) -> None:
     run_session(tmp_path, home, FAST)
     (sid,) = session_ids(home)
     assert invoke("--home", home, "validate", sid).exit_code == 0
-    bad = write_records(tmp_path / f"{SID}_001.jsonl",
-                        [meta(), b.request_end("completed")])  # V-4: an end without a begin
+    bad = write_records(
+        tmp_path / f"{SID}_001.jsonl", [meta(), b.request_end("completed")]
+    )  # V-4: an end without a begin
     result = invoke("validate", bad)
     assert result.exit_code == 1
     assert f"{bad}:2: V-4 error:" in result.stdout
@@ -500,8 +641,9 @@ def test_validate_many_files_and_directories_at_once_r_cli_5(tmp_path: Path) -> 
     two_file_session(home)
     other = "session-2026-07-18-11-10-22-00000000"
     (tmp_path / "loose").mkdir()
-    extra = write_records(tmp_path / "loose" / f"{other}_001.jsonl",
-                          [meta(other), b.request_end("completed")])
+    extra = write_records(
+        tmp_path / "loose" / f"{other}_001.jsonl", [meta(other), b.request_end("completed")]
+    )
     result = invoke("validate", home, extra)
     assert result.exit_code == 1
     assert f"{extra}:2: V-4 error" in result.stdout
@@ -548,12 +690,15 @@ def test_stats_one_session_r_cli_7(tmp_path: Path) -> None:
     (sid,) = session_ids(home)
     data = json.loads(invoke("--home", home, "stats", sid, "--json").stdout)
     assert data["session_id"] == sid
-    assert data["requests"] == [{"kind": "turn", "status": "completed", "count": 1},
-                                {"kind": "turn", "status": "timeout", "count": 1}]
+    assert data["requests"] == [
+        {"kind": "turn", "status": "completed", "count": 1},
+        {"kind": "turn", "status": "timeout", "count": 1},
+    ]
     assert data["retries"] == 1
     assert data["compactions"] == {"completed": 0, "failed": 0, "aborted": 0}
-    assert data["tokens"]["total"] == sum(r["request"]["total"] for r in data["rows"]
-                                          if r["request"])
+    assert data["tokens"]["total"] == sum(
+        r["request"]["total"] for r in data["rows"] if r["request"]
+    )
     assert [e["kind"] for e in data["errors"]] == ["turn"]
     text = invoke("--home", home, "stats").stdout  # the latest session by default
     assert "Requests" in text and "Tokens" in text and "idle timeout" in text
@@ -578,7 +723,7 @@ def test_stats_all_sessions_r_cli_7(tmp_path: Path) -> None:
 def test_resume_without_message_reads_only_r_cli_2(tmp_path: Path) -> None:
     home = tmp_path / "home"
     two_file_session(home)
-    before = {p: p.read_bytes() for p in home.rglob("*")if p.is_file()}
+    before = {p: p.read_bytes() for p in home.rglob("*") if p.is_file()}
     result = invoke("--home", home, "resume")  # the latest session
     assert result.exit_code == 0, result.output
     assert SID in result.stdout and "Carry-over" not in result.stdout
@@ -594,15 +739,27 @@ def test_resume_with_message_runs_a_task_on_the_session_r_cli_2(tmp_path: Path) 
     home = tmp_path / "home"
     run_session(tmp_path, home, FAST)
     (sid,) = session_ids(home)
-    result = invoke("--home", home, "resume", sid, "-m", "And now?", "--script",
-                    write_script(tmp_path, MORE, "again.json"))
+    result = invoke(
+        "--home",
+        home,
+        "resume",
+        sid,
+        "-m",
+        "And now?",
+        "--script",
+        write_script(tmp_path, MORE, "again.json"),
+    )
     assert result.exit_code == 0, result.output
     assert f"session: {sid}" in result.stdout and "Done again." in result.stdout
     files = DataRoot(home).trace_files(sid)
     assert [f for f in validate_session(files) if f.severity == "error"] == []
     records = read_trace(files).records
-    users = [r.payload.text for r in records if getattr(r.payload, "role", None) == "user"
-             and r.payload.__class__.__name__ == "TextPayload"]  # type: ignore[union-attr]
+    users = [
+        r.payload.text
+        for r in records
+        if getattr(r.payload, "role", None) == "user"
+        and r.payload.__class__.__name__ == "TextPayload"
+    ]  # type: ignore[union-attr]
     assert users == ["What is here?", "And now?"]
 
 
@@ -625,8 +782,16 @@ def test_resume_a_locked_session_exits_2_with_the_holder_pid(tmp_path: Path) -> 
     (sid,) = session_ids(home)
     writer = TraceWriter(DataRoot(home).latest_trace(sid), session_id=sid)
     try:
-        result = invoke("--home", home, "resume", sid, "-m", "x", "--script",
-                        write_script(tmp_path, FAST, "again.json"))
+        result = invoke(
+            "--home",
+            home,
+            "resume",
+            sid,
+            "-m",
+            "x",
+            "--script",
+            write_script(tmp_path, FAST, "again.json"),
+        )
     finally:
         writer.close()
     assert result.exit_code == 2
@@ -748,10 +913,21 @@ def test_hostile_stream_is_rendered_neutralised(tmp_path: Path) -> None:
     script = {
         "tools": [{"name": "shell", "description": "x"}],
         "responses": [
-            [{"thinking": HOSTILE}, {"text": HOSTILE, "chunks": 3},
-             {"tool_call": {"name": "shell", "arguments": HOSTILE, "id": "c1",
-                            "result": {"output": HOSTILE + "\n" + HOSTILE,
-                                           "chunks": [HOSTILE, "\n", HOSTILE]}}}],
+            [
+                {"thinking": HOSTILE},
+                {"text": HOSTILE, "chunks": 3},
+                {
+                    "tool_call": {
+                        "name": "shell",
+                        "arguments": HOSTILE,
+                        "id": "c1",
+                        "result": {
+                            "output": HOSTILE + "\n" + HOSTILE,
+                            "chunks": [HOSTILE, "\n", HOSTILE],
+                        },
+                    }
+                },
+            ],
             [{"text": "ok"}],
         ],
     }
@@ -818,7 +994,9 @@ def test_follower_prints_only_complete_lines_and_follows_rotation(tmp_path: Path
     home = tmp_path / "home"
     f1 = write_records(trace_file(home, 1), [meta(), b.user_text("a")])
     seen: list[tuple[int, int, int, str]] = []
-    follower = Follower(f1, lambda i, o, line, r: seen.append((i, o, line, r.payload.__class__.__name__)))
+    follower = Follower(
+        f1, lambda i, o, line, r: seen.append((i, o, line, r.payload.__class__.__name__))
+    )
     follower.poll()
     assert [(i, o, line) for i, o, line, _ in seen] == [(1, 0, 1), (1, 1, 2)]
     line = encode_line(b.assistant_text("b"))

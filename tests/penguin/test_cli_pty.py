@@ -30,16 +30,29 @@ PENGUIN = Path(sys.executable).parent / "penguin"
 MARK = b"tool-running"  # printed by the tool, never part of its arguments
 LONG_TOOL = {
     "responses": [
-        [{"text": "Running it."},
-         {"tool_call": {"name": "exec_command",
-                        "arguments": {"cmd": "printf 'tool-%s\\n' running; sleep 30"}}}],
+        [
+            {"text": "Running it."},
+            {
+                "tool_call": {
+                    "name": "exec_command",
+                    "arguments": {"cmd": "printf 'tool-%s\\n' running; sleep 30"},
+                }
+            },
+        ],
         [{"text": "Done."}],
     ]
 }
 SHORT_TOOL = {
     "responses": [
-        [{"text": "Running it."},
-         {"tool_call": {"name": "exec_command", "arguments": {"cmd": "printf 'tool-%s\\n' running"}}}],
+        [
+            {"text": "Running it."},
+            {
+                "tool_call": {
+                    "name": "exec_command",
+                    "arguments": {"cmd": "printf 'tool-%s\\n' running"},
+                }
+            },
+        ],
         [{"text": "Done."}],
     ]
 }
@@ -119,16 +132,34 @@ def terminals(tmp_path: Path) -> Any:
         ws = tmp_path / "ws"
         ws.mkdir(exist_ok=True)
         home = tmp_path / f"home{len(started)}"
-        base = {k: v for k, v in os.environ.items()
-                if k not in ("PENGUIN_HOME", "NO_COLOR", "FORCE_COLOR")}
+        base = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("PENGUIN_HOME", "NO_COLOR", "FORCE_COLOR")
+        }
         base.update(TERM="xterm-256color", COLUMNS="120")
         base.update(env or {})
         master, slave = pty.openpty()
         proc = subprocess.Popen(
-            [str(PENGUIN), "--home", str(home), "run", "-m", "go", "--script", str(path),
-             "--workspace", str(ws), *args],
-            stdin=slave, stdout=slave, stderr=slave, env=base,
-            start_new_session=True, preexec_fn=_controlling_tty,
+            [
+                str(PENGUIN),
+                "--home",
+                str(home),
+                "run",
+                "-m",
+                "go",
+                "--script",
+                str(path),
+                "--workspace",
+                str(ws),
+                *args,
+            ],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=base,
+            start_new_session=True,
+            preexec_fn=_controlling_tty,
         )
         os.close(slave)
         term = Terminal(proc, master, home)
@@ -157,8 +188,9 @@ def test_approve_ask_prompt_answered_yes_on_a_tty(terminals: Any) -> None:
     os.write(term.fd, b"y\r")
     assert term.finish() == 0, term.seen
     assert MARK in term.seen and b"Done." in term.seen
-    decisions = [r.payload.decision for r in term.records()
-                 if isinstance(r.payload, ApprovalDecisionPayload)]
+    decisions = [
+        r.payload.decision for r in term.records() if isinstance(r.payload, ApprovalDecisionPayload)
+    ]
     assert decisions == ["allow"]
 
 
