@@ -36,7 +36,7 @@ import msgspec
 import pydantic
 
 from eventstore import OmniMessage, StopReason, ToolCallPayload, ToolDefinition
-from eventstore.builders import partial_tool_call_output, tool_call_output
+from eventstore.partials import SegmentWriter
 
 from ._protocols import ApproveFn
 from ._signal import AbortSignal
@@ -207,15 +207,16 @@ class LocalEnvironment:
         if not isinstance(payload, ToolCallPayload):
             raise TypeError(f"execute expects a tool_call, got {type(payload).__name__}")
         call_id = payload.tool_call_id
-        yield partial_tool_call_output("start", call_id)
+        seg = SegmentWriter("tool_call_output", tool_call_id=call_id)
+        yield seg.start()
         tool = self._tools.get(payload.name)
         if tool is None:
-            for msg in _failure(call_id, f"Unknown tool: {payload.name}"):
+            for msg in _failure(seg, f"Unknown tool: {payload.name}"):
                 yield msg
             return
         parsed = _parse_arguments(tool, payload.arguments)
         if isinstance(parsed, str):
-            for msg in _failure(call_id, parsed):
+            for msg in _failure(seg, parsed):
                 yield msg
             return
         ctx = ToolContext(
@@ -227,7 +228,7 @@ class LocalEnvironment:
         )
         # The inner generator is closed explicitly: a consumer that abandons ``execute`` must
         # stop the tool now, not whenever the garbage collector finalizes it.
-        async with contextlib.aclosing(self._run(tool, parsed, ctx)) as run:
+        async with contextlib.aclosing(self._run(tool, parsed, ctx, seg)) as run:
             async for msg in run:
                 yield msg
 
@@ -240,7 +241,7 @@ class LocalEnvironment:
         return self._default_timeout_ms if tool.timeout_ms is None else tool.timeout_ms
 
     async def _run(
-        self, tool: Tool[Any], args: pydantic.BaseModel, ctx: ToolContext
+        self, tool: Tool[Any], args: pydantic.BaseModel, ctx: ToolContext, seg: SegmentWriter
     ) -> AsyncGenerator[OmniMessage, None]:
         call_id = ctx.tool_call_id
         signal = ctx.signal
@@ -285,7 +286,7 @@ class LocalEnvironment:
                         delta = out.add(text)
                         await out.spill()
                         if delta:
-                            yield partial_tool_call_output("delta", call_id, delta)
+                            yield seg.delta(delta)
             finally:
                 if items is not None:
                     await _close(items)
@@ -309,13 +310,12 @@ class LocalEnvironment:
             tail = "\n".join(notes)
             if tail:
                 # R-STREAM-2: the notes are streamed too, so the fragments add up to the output.
-                yield partial_tool_call_output("delta", call_id, f"\n{tail}" if content else tail)
+                yield seg.delta(f"\n{tail}" if content else tail)
             images = facts.images if stop_reason == "completed" else None
             if images:
-                yield partial_tool_call_output("delta", call_id, images=images)
-            yield partial_tool_call_output("stop", call_id, stop_reason=stop_reason)
-            full = f"{content}\n{tail}" if content and tail else content or tail
-            yield tool_call_output(call_id, full, stop_reason=stop_reason, images=images)
+                yield seg.delta("", images=images)
+            for msg in seg.stop(stop_reason):
+                yield msg
         finally:
             out.discard()
 
@@ -356,10 +356,9 @@ def _one_line(value: object) -> str:
     return " ".join(str(value).split())
 
 
-def _failure(call_id: str, message: str) -> Iterator[OmniMessage]:
-    yield partial_tool_call_output("delta", call_id, message)
-    yield partial_tool_call_output("stop", call_id, stop_reason="failed")
-    yield tool_call_output(call_id, message, stop_reason="failed")
+def _failure(seg: SegmentWriter, message: str) -> Iterator[OmniMessage]:
+    yield seg.delta(message)
+    yield from seg.stop("failed")
 
 
 def _describe(exc: BaseException) -> str:

@@ -47,15 +47,16 @@ from eventstore import (
 )
 from eventstore import builders as b
 from eventstore.builders import is_partial, stop_reason_of
+from eventstore.partials import PartialAggregator, SegmentWriter
 from projections import ModelContext, SessionState
 from projections import markers as mk
 
+from ._agen import as_agen
 from ._compaction import CompactionRunner
 from ._config import CompactionSettings, RetryPolicy, attempt_stamp, exhaustion_reason
 from ._exceptions import SessionBroken, SessionBusy
 from ._images import fold_images
 from ._protocols import LLM, Approval, ApproveFn, Environment, LLMOutcome, LLMRequest
-from ._segments import Segments, as_agen
 from ._signal import AbortSignal, make_waker
 
 __all__ = ["Compactability", "Session"]
@@ -571,10 +572,12 @@ class Session:
     def _max_turns_notice(self, run: _Run) -> None:
         """R-MAXT-2: a failed assistant segment outside any request span."""
         notice = mk.max_turns_notice(self._max_turns)
-        run.push(b.partial_text("start"))
-        run.push(b.partial_text("delta", notice))
-        run.push(b.partial_text("stop", stop_reason="failed"))
-        self.emit(run, b.assistant_text(notice, stop_reason="failed"))
+        seg = SegmentWriter("text")
+        run.push(seg.start())
+        run.push(seg.delta(notice))
+        stop, complete = seg.stop("failed")
+        run.push(stop)
+        self.emit(run, complete)
 
     # ------------------------------------------------------------------ one turn
 
@@ -709,7 +712,7 @@ class Session:
     ) -> tuple[LLMOutcome, bool]:
         outcome: LLMOutcome | None = None
         called = False
-        segments = Segments()
+        segments = PartialAggregator()
         try:
             idle_s = (
                 self._retry.request_timeout_ms / 1000 if self._retry.request_timeout_ms else None
@@ -736,7 +739,8 @@ class Session:
                         break
                     msg = item
                     if msg.origin is not None or is_partial(msg):
-                        segments.feed(msg)
+                        if msg.origin is None:
+                            segments.feed(msg)
                         push(msg)
                         continue
                     if isinstance(msg.payload, TokenUsagePayload):
@@ -745,13 +749,14 @@ class Session:
                         push(msg)
                         continue
                     if msg.type == "model_msg":
-                        segments.close_for(msg)
+                        segments.settle(msg)
                     self.record(msg)
                     if getattr(msg.payload, "role", None) == "assistant":
                         outputs.append(msg)
-                    title_text = self._title_capturing and isinstance(msg.payload, TextPayload)
-                    if title_text and msg.payload.role == "assistant":
-                        self._title_assistant.append(msg.payload.text)
+                    text = msg.payload
+                    if self._title_capturing and isinstance(text, TextPayload):
+                        if text.role == "assistant":
+                            self._title_assistant.append(text.text)
                     push(msg)
                     p = msg.payload
                     if (
@@ -767,11 +772,11 @@ class Session:
             outcome = LLMOutcome("failed", str(exc) or type(exc).__name__)
         if outcome is None:
             outcome = LLMOutcome("failed", mk.LLM_STREAM_NO_OUTCOME)
-        if outcome.status == "completed" and segments.open:
+        if outcome.status == "completed" and segments.open_count:
             # A "completed" stream that left a segment open was cut short: a truncated
             # response, retried like any malformed one (its tool calls are never dispatched).
             outcome = LLMOutcome("malformed", mk.UNCLOSED_SEGMENT)
-        for msg in segments.close_all(outcome.status):
+        for msg in segments.close_open(outcome.status):
             if is_partial(msg):
                 push(msg)
             else:

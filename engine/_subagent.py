@@ -40,6 +40,7 @@ from eventstore import builders as b
 from eventstore.builders import is_partial, payload_type, stop_reason_of
 from projections import markers as mk
 
+from ._agen import as_agen
 from ._protocols import LLM, ApproveFn, Environment
 from ._signal import AbortSignal
 from ._tools import Tool, ToolError, ToolItem, ToolResult
@@ -156,7 +157,7 @@ def subagent_tool(runner: SubagentRunner, *, timeout_ms: int = 0) -> Tool[RunSub
     async def run(args: RunSubagentArgs, ctx: ToolContext) -> AsyncGenerator[ToolItem, None]:
         outcome: SubagentOutcome | None = None
         stream = runner.run(args.prompt, signal=ctx.signal, approve=ctx.approve)
-        async with aclosing(_as_agen(stream)) as items:
+        async with aclosing(as_agen(stream)) as items:
             async for item in items:
                 if isinstance(item, SubagentOutcome):
                     outcome = item
@@ -182,20 +183,6 @@ def subagent_tool(runner: SubagentRunner, *, timeout_ms: int = 0) -> Tool[RunSub
         timeout_ms=timeout_ms,
         interruptible=False,
     )
-
-
-async def _as_agen(
-    items: AsyncIterator[OmniMessage | SubagentOutcome],
-) -> AsyncGenerator[OmniMessage | SubagentOutcome, None]:
-    """Any async iterator as a closable async generator (a runner need not be a generator)."""
-    try:
-        async for item in items:
-            yield item
-    finally:
-        aclose = getattr(items, "aclose", None)
-        if aclose is not None:
-            with anyio.CancelScope(shield=True):
-                await aclose()
 
 
 # --------------------------------------------------------------------------- the runner

@@ -58,6 +58,7 @@ from eventstore import (
 )
 from eventstore import builders as b
 from eventstore.builders import is_partial, stop_reason_of
+from eventstore.partials import SegmentWriter
 from projections import markers as mk
 
 __all__ = [
@@ -423,30 +424,19 @@ def _response_messages(record: OmniMessage) -> list[OmniMessage]:
     p = record.payload
     stop = stop_reason_of(record)
     complete = _restamp(record)
+    seg: SegmentWriter
     if isinstance(p, TextPayload):
-        return [
-            b.partial_text("start"),
-            b.partial_text("delta", p.text),
-            b.partial_text("stop", stop_reason=stop),
-            complete,
-        ]
-    if isinstance(p, ThinkingPayload):
-        return [
-            b.partial_thinking("start"),
-            b.partial_thinking("delta", p.thinking),
-            b.partial_thinking("stop", stop_reason=stop),
-            complete,
-        ]
-    if isinstance(p, ToolCallPayload):
-        cid = p.tool_call_id
-        return [
-            b.partial_tool_call("start", cid, name=p.name),
-            b.partial_tool_call("delta", cid, arguments=p.arguments),
-            b.partial_tool_call("stop", cid, stop_reason=stop),
-            complete,
-        ]
-    # inline data / thinking and payloads of a newer version have no partial form.
-    return [complete]
+        seg, body = SegmentWriter("text"), p.text
+    elif isinstance(p, ThinkingPayload):
+        seg, body = SegmentWriter("thinking"), p.thinking
+    elif isinstance(p, ToolCallPayload):
+        seg = SegmentWriter("tool_call", tool_call_id=p.tool_call_id, name=p.name)
+        body = p.arguments
+    else:
+        # inline data / thinking and payloads of a newer version have no partial form.
+        return [complete]
+    # The recorded message itself is the complete one (it keeps its fidelity).
+    return [seg.start(), seg.delta(body), seg.stop(stop)[0], complete]
 
 
 class ReplayLLM:

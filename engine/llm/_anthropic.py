@@ -53,15 +53,16 @@ from eventstore import (
     ToolDefinition,
 )
 from eventstore.builders import token_usage
+from eventstore.partials import SegmentWriter
 
 from ._errors import excerpt, stream_error_outcome
 from ._http import HttpProvider
 from ._ids import ToolCallIds, strip_suffix
 from ._sse import (
     DONE,
-    Segment,
     ServerSentEvent,
     arguments_problem,
+    stamp,
 )
 
 __all__ = [
@@ -263,11 +264,11 @@ class AnthropicStreamParser:
         self.out: list[OmniMessage] = []
         self.provider = provider
         self._ids = ids
-        self._block: Segment | None = None
+        self._block: SegmentWriter | None = None
         self._index = -1
         self._signature: list[str] = []
         self._initial_input: Any = None
-        self._held: Segment | None = None
+        self._held: SegmentWriter | None = None
         self._ignored: set[int] = set()
         self._usage = _Usage()
         self._stop_reason: str | None = None
@@ -300,10 +301,10 @@ class AnthropicStreamParser:
 
     def close(self, status: StopReason) -> None:
         if self._held is not None:
-            self._held.close(self.out, status)
+            self.out.extend(self._held.stop(status))
             self._held = None
         if self._block is not None:
-            self._block.close(self.out, status)
+            self.out.extend(self._block.stop(status))
             self._block = None
 
     def finish(self) -> LLMOutcome:
@@ -391,7 +392,7 @@ class AnthropicStreamParser:
         held = self._held
         if held is not None:
             self._held = None
-            held.close(self.out, stop, fidelity=fidelity)
+            self.out.extend(held.stop(stop, fidelity=fidelity))
 
     def _start(self, ev: _BlockStart) -> None:
         self._settle("completed")
@@ -404,23 +405,25 @@ class AnthropicStreamParser:
         self._initial_input = None
         out = self.out
         if isinstance(block, _TextBlock):
-            seg = Segment("text")
-            seg.open(out)
+            seg = SegmentWriter("text", clock=stamp)
+            out.append(seg.start())
             if block.text:
-                seg.delta(out, block.text)
+                out.append(seg.delta(block.text))
         elif isinstance(block, _ThinkingBlock):
-            seg = Segment("thinking")
-            seg.open(out)
+            seg = SegmentWriter("thinking", clock=stamp)
+            out.append(seg.start())
             if block.thinking:
-                seg.delta(out, block.thinking)
+                out.append(seg.delta(block.thinking))
             if block.signature:
                 self._signature.append(block.signature)
         elif isinstance(block, _RedactedBlock):
-            seg = Segment("thinking", fidelity={"redacted_thinking": block.data})
-            seg.open(out)
+            seg = SegmentWriter("thinking", fidelity={"redacted_thinking": block.data}, clock=stamp)
+            out.append(seg.start())
         else:
-            seg = Segment("tool_call", name=block.name, tool_call_id=self._ids.allocate(block.id))
-            seg.open(out)
+            seg = SegmentWriter(
+                "tool_call", name=block.name, tool_call_id=self._ids.allocate(block.id), clock=stamp
+            )
+            out.append(seg.start())
             self._initial_input = block.input
         self._block = seg
 
@@ -450,7 +453,7 @@ class AnthropicStreamParser:
         if seg.kind != expected:
             raise _Malformed(f"malformed stream: {expected} delta in a {seg.kind} block")
         if piece:
-            seg.delta(self.out, piece)
+            self.out.append(seg.delta(piece))
 
     def _stop_block(self) -> None:
         seg = self._block
@@ -459,12 +462,12 @@ class AnthropicStreamParser:
         if seg.kind == "thinking" and self._signature:
             seg.fidelity = {**(seg.fidelity or {}), "signature": "".join(self._signature)}
         elif seg.kind == "tool_call":
-            if not seg.parts:
+            if not seg.has_deltas:
                 initial = self._initial_input if self._initial_input is not None else {}
-                seg.delta(self.out, msgspec.json.encode(initial).decode())
+                self.out.append(seg.delta(msgspec.json.encode(initial).decode()))
             problem = arguments_problem(seg.body)
             if problem is not None:
-                seg.close(self.out, "malformed")
+                self.out.extend(seg.stop("malformed"))
                 raise _Malformed(
                     f"tool call {seg.name} ({seg.tool_call_id}) arguments are not valid JSON "
                     f"({problem}): {excerpt(seg.body)}"

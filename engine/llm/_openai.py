@@ -46,15 +46,16 @@ from eventstore import (
     ToolDefinition,
 )
 from eventstore.builders import token_usage
+from eventstore.partials import SegmentKind, SegmentWriter
 
 from ._errors import excerpt, stream_error_outcome
 from ._http import HttpProvider
 from ._ids import ToolCallIds, strip_suffix
 from ._sse import (
     DONE,
-    Segment,
     ServerSentEvent,
     arguments_problem,
+    stamp,
 )
 
 __all__ = ["OpenAICompatible", "OpenAIStreamParser", "openai_body", "openai_messages"]
@@ -206,8 +207,8 @@ class OpenAIStreamParser:
         self.out: list[OmniMessage] = []
         self.provider = provider
         self._ids = ids
-        self._seg: Segment | None = None
-        self._call: Segment | None = None
+        self._seg: SegmentWriter | None = None
+        self._call: SegmentWriter | None = None
         self._call_index = -1
         self._call_pid: str | None = None
         self._closed: dict[int, str | None] = {}
@@ -252,10 +253,10 @@ class OpenAIStreamParser:
 
     def close(self, status: StopReason) -> None:
         if self._seg is not None:
-            self._seg.close(self.out, status)
+            self.out.extend(self._seg.stop(status))
             self._seg = None
         if self._call is not None:
-            self._call.close(self.out, status)
+            self.out.extend(self._call.stop(status))
             self._call = None
 
     def finish(self) -> LLMOutcome:
@@ -267,7 +268,7 @@ class OpenAIStreamParser:
                 for is_thinking, piece in self._tags.flush():
                     self._piece(is_thinking, piece, "think_tag")
             if self._seg is not None:
-                self._seg.close(self.out, "completed", fidelity=extra)
+                self.out.extend(self._seg.stop("completed", fidelity=extra))
                 self._seg = None
             if self._call is not None:
                 self._close_call(fidelity=extra)
@@ -322,15 +323,15 @@ class OpenAIStreamParser:
             return
         if self._call is not None:
             self._close_call()
-        kind = "thinking" if is_thinking else "text"
+        kind: SegmentKind = "thinking" if is_thinking else "text"
         seg = self._seg
         if seg is None or seg.kind != kind:
             if seg is not None:
-                seg.close(self.out, "completed")
+                self.out.extend(seg.stop("completed"))
             fidelity = {"reasoning_field": field} if is_thinking else None
-            seg = self._seg = Segment(kind, fidelity=fidelity)
-            seg.open(self.out)
-        seg.delta(self.out, piece)
+            seg = self._seg = SegmentWriter(kind, fidelity=fidelity, clock=stamp)
+            self.out.append(seg.start())
+        self.out.append(seg.delta(piece))
 
     def _tool(self, tc: _ToolCallDelta) -> None:
         fn = tc.function
@@ -355,18 +356,18 @@ class OpenAIStreamParser:
             if call is not None:
                 self._close_call()
             if self._seg is not None:
-                self._seg.close(self.out, "completed")
+                self.out.extend(self._seg.stop("completed"))
                 self._seg = None
             provider_id = tc.id or name or f"call_{index}"
-            call = self._call = Segment(
-                "tool_call", name=name, tool_call_id=self._ids.allocate(provider_id)
+            call = self._call = SegmentWriter(
+                "tool_call", name=name, tool_call_id=self._ids.allocate(provider_id), clock=stamp
             )
             self._call_index = index
             self._call_pid = tc.id
             self._next_index = max(self._next_index, index + 1)
-            call.open(self.out)
+            self.out.append(call.start())
             if arguments:
-                call.delta(self.out, arguments)
+                self.out.append(call.delta(arguments))
             return
         assert call is not None
         if tc.id is not None and self._call_pid is None:
@@ -375,7 +376,7 @@ class OpenAIStreamParser:
         if learned:
             call.name = learned
         if arguments or learned:
-            call.delta(self.out, arguments, name=learned)
+            self.out.append(call.delta(arguments, name=learned))
 
     def _close_call(self, *, fidelity: dict[str, Any] | None = None) -> None:
         call = self._call
@@ -383,12 +384,12 @@ class OpenAIStreamParser:
         self._call = None
         self._closed[self._call_index] = self._call_pid
         if not call.body.strip():
-            call.delta(self.out, "{}")
+            self.out.append(call.delta("{}"))
         problem = arguments_problem(call.body)
         if problem is None and call.name:
-            call.close(self.out, "completed", fidelity=fidelity)
+            self.out.extend(call.stop("completed", fidelity=fidelity))
             return
-        call.close(self.out, "malformed", fidelity=fidelity)
+        self.out.extend(call.stop("malformed", fidelity=fidelity))
         if not call.name:
             raise _Malformed(
                 f"malformed stream: tool call {call.tool_call_id} arrived without a function name"

@@ -24,17 +24,10 @@ from engine._protocols import ApproveFn, LLMOutcome, LLMRequest
 from engine._signal import AbortSignal
 from eventstore import OmniMessage, StopReason, TokenCounts, ToolCallPayload, ToolDefinition
 from eventstore.builders import (
-    assistant_text,
-    partial_text,
-    partial_thinking,
-    partial_tool_call,
-    partial_tool_call_output,
-    thinking,
     token_usage,
-    tool_call,
-    tool_call_output,
     user_text,
 )
+from eventstore.partials import SegmentWriter
 
 __all__ = [
     "DEFAULT_SCRIPT",
@@ -481,48 +474,37 @@ class _Progress:
     completes: int = 0
 
 
-def _complete_segment(item: _Segment, body: str, stop: StopReason) -> OmniMessage:
-    if item.kind == "text":
-        return assistant_text(body, stop_reason=stop, fidelity=item.fidelity)
-    return thinking(body, stop_reason=stop, fidelity=item.fidelity)
-
-
 def _emit_segment(
     item: _Segment, signal: AbortSignal, progress: _Progress
 ) -> Iterator[OmniMessage]:
     # A plain generator driven lazily by ``stream``: each check runs when the consumer asks for
     # the next message, i.e. after whatever it did with the previous one.
-    partial = partial_text if item.kind == "text" else partial_thinking
-    yield partial("start", "")
-    sent: list[str] = []
+    seg = SegmentWriter(item.kind, fidelity=item.fidelity)
+    yield seg.start()
     for delta in item.deltas:
         if signal.aborted:
             progress.aborted = True
             progress.completes += 1
-            yield partial("stop", "", stop_reason="aborted")
-            yield _complete_segment(item, "".join(sent), "aborted")
+            yield from seg.stop("aborted")
             return
-        yield partial("delta", delta)
-        sent.append(delta)
+        yield seg.delta(delta)
     progress.completes += 1
-    yield partial("stop", "", stop_reason=item.stop_reason)
-    yield _complete_segment(item, "".join(sent), item.stop_reason)
+    yield from seg.stop(item.stop_reason)
 
 
 def _emit_tool_call(
     item: _ToolCall, signal: AbortSignal, progress: _Progress, call_id: str
 ) -> Iterator[OmniMessage]:
-    yield partial_tool_call("start", call_id, name=item.name)
+    seg = SegmentWriter("tool_call", tool_call_id=call_id, name=item.name, fidelity=item.fidelity)
+    yield seg.start()
     stop = item.stop_reason
-    arguments = item.arguments
     if signal.aborted:
         progress.aborted = True
-        stop, arguments = "aborted", ""
+        stop = "aborted"
     else:
-        yield partial_tool_call("delta", call_id, arguments=arguments)
+        yield seg.delta(item.arguments)
     progress.completes += 1
-    yield partial_tool_call("stop", call_id, stop_reason=stop)
-    yield tool_call(item.name, arguments, call_id, stop_reason=stop, fidelity=item.fidelity)
+    yield from seg.stop(stop)
 
 
 # --------------------------------------------------------------------------- tool-call ids
@@ -717,30 +699,27 @@ class ScriptedEnvironment:
             result = _ToolResult(chunks=(), status="completed", delay_ms=0, images=())
 
         aborted = await _pause(result.delay_ms, signal)
-        yield partial_tool_call_output("start", call_id)
+        seg = SegmentWriter("tool_call_output", tool_call_id=call_id)
+        yield seg.start()
         # Images are never incremental (R-MSG-16): they ride on the last content delta.
         deltas = result.chunks or (("",) if result.images else ())
-        sent: list[str] = []
         for n, chunk in enumerate(deltas):
             if aborted or signal.aborted:
                 aborted = True
                 break
             last = n == len(deltas) - 1
-            images = result.images if last else None
-            yield partial_tool_call_output("delta", call_id, chunk, images=images)
-            sent.append(chunk)
+            yield seg.delta(chunk, images=result.images if last else None)
 
         # R-TOOL-2/3/4 close-out: a user abort outranks the tool's own status; notes follow the
         # content on their own line; an output is never empty.  The added text goes out as a
         # final delta so the fragments still add up to the output (R-STREAM-2).
-        content = "".join(sent)
+        content = seg.body
         status: StopReason = "aborted" if aborted else result.status
         if aborted:
             tail = f"\n{_ABORT_NOTE}" if content else _ABORT_NOTE
         else:
             tail = "" if content else _NO_OUTPUT
         if tail:
-            yield partial_tool_call_output("delta", call_id, tail)
-        yield partial_tool_call_output("stop", call_id, stop_reason=status)
-        images_out = None if aborted else result.images
-        yield tool_call_output(call_id, content + tail, stop_reason=status, images=images_out)
+            yield seg.delta(tail)
+        for msg in seg.stop(status):
+            yield msg

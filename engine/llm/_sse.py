@@ -3,7 +3,7 @@
 Owns: SSE framing and field parsing (WHATWG "event stream" rules); the request driver shared by
 the adapters (send, status check, error body, abort, read errors, terminator, close); the abort
 guard that turns ``AbortSignal`` into a prompt cancellation of whatever HTTP I/O is in flight;
-the segment writer both adapters emit through (start, deltas, stop, then the complete message:
+the clock both adapters stamp their segments with (``eventstore.partials.SegmentWriter``,
 R-STREAM-1/2/4).  Does not: know a provider's event vocabulary (the adapters' parsers), classify
 errors (``_errors``) or retry (the engine).
 
@@ -33,15 +33,7 @@ import msgspec
 from engine._protocols import LLMOutcome
 from engine._signal import AbortSignal
 from eventstore import OmniMessage, StopReason
-from eventstore.builders import (
-    assistant_text,
-    now_iso,
-    partial_text,
-    partial_thinking,
-    partial_tool_call,
-    thinking,
-    tool_call,
-)
+from eventstore.builders import now_iso
 
 from ._errors import error_text, http_outcome, redact, transport_outcome
 
@@ -53,13 +45,13 @@ __all__ = [
     "Aborted",
     "EventParser",
     "SSEDecoder",
-    "Segment",
     "ServerSentEvent",
     "arguments_problem",
     "display_url",
     "iter_sse",
     "run_sse",
     "single_outcome",
+    "stamp",
 ]
 
 T = TypeVar("T")
@@ -261,88 +253,6 @@ class _Stamp:
 
 
 stamp = _Stamp()
-
-
-class Segment:
-    """One open streamed segment: ``text``, ``thinking`` or ``tool_call``.
-
-    ``open`` emits its start; ``delta`` one increment; ``close`` its stop and, right after it, the
-    complete message holding the concatenated increments (R-STREAM-1/2).
-    """
-
-    __slots__ = ("fidelity", "kind", "name", "parts", "tool_call_id")
-
-    def __init__(
-        self,
-        kind: str,
-        *,
-        fidelity: dict[str, Any] | None = None,
-        name: str = "",
-        tool_call_id: str = "",
-    ) -> None:
-        self.kind = kind
-        self.parts: list[str] = []
-        self.fidelity = fidelity
-        self.name = name
-        self.tool_call_id = tool_call_id
-
-    @property
-    def body(self) -> str:
-        return "".join(self.parts)
-
-    def open(self, out: list[OmniMessage]) -> None:
-        ts = stamp()
-        if self.kind == "text":
-            out.append(partial_text("start", timestamp=ts))
-        elif self.kind == "thinking":
-            out.append(partial_thinking("start", timestamp=ts))
-        else:
-            out.append(partial_tool_call("start", self.tool_call_id, name=self.name, timestamp=ts))
-
-    def delta(self, out: list[OmniMessage], piece: str, *, name: str = "") -> None:
-        self.parts.append(piece)
-        ts = stamp()
-        if self.kind == "text":
-            out.append(partial_text("delta", piece, timestamp=ts))
-        elif self.kind == "thinking":
-            out.append(partial_thinking("delta", piece, timestamp=ts))
-        else:
-            out.append(
-                partial_tool_call(
-                    "delta", self.tool_call_id, name=name, arguments=piece, timestamp=ts
-                )
-            )
-
-    def close(
-        self,
-        out: list[OmniMessage],
-        stop: StopReason,
-        *,
-        fidelity: dict[str, Any] | None = None,
-    ) -> OmniMessage:
-        if fidelity:
-            self.fidelity = {**(self.fidelity or {}), **fidelity}
-        body = self.body
-        ts = stamp()
-        complete: OmniMessage
-        if self.kind == "text":
-            out.append(partial_text("stop", stop_reason=stop, timestamp=ts))
-            complete = assistant_text(body, stop_reason=stop, fidelity=self.fidelity, timestamp=ts)
-        elif self.kind == "thinking":
-            out.append(partial_thinking("stop", stop_reason=stop, timestamp=ts))
-            complete = thinking(body, stop_reason=stop, fidelity=self.fidelity, timestamp=ts)
-        else:
-            out.append(partial_tool_call("stop", self.tool_call_id, stop_reason=stop, timestamp=ts))
-            complete = tool_call(
-                self.name,
-                body,
-                self.tool_call_id,
-                stop_reason=stop,
-                fidelity=self.fidelity,
-                timestamp=ts,
-            )
-        out.append(complete)
-        return complete
 
 
 def arguments_problem(arguments: str) -> str | None:

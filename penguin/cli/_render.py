@@ -38,9 +38,6 @@ from eventstore import (
     CompactionEndPayload,
     ImageUrlPayload,
     OmniMessage,
-    PartialTextPayload,
-    PartialThinkingPayload,
-    PartialToolCallOutputPayload,
     RequestBeginPayload,
     RequestEndPayload,
     SessionMetaPayload,
@@ -51,6 +48,7 @@ from eventstore import (
     ToolCallPayload,
     ToolListReadyPayload,
 )
+from eventstore.partials import Fragment, fragment
 
 from ._safe import safe
 
@@ -161,24 +159,9 @@ class StreamRenderer:
     def feed(self, msg: OmniMessage) -> None:
         p = msg.payload
         origin: Origin = tuple(msg.origin) if msg.origin else ()
-        if isinstance(p, PartialTextPayload):
-            if p.text:
-                self._stream(origin, p.text, "")
-                self._streamed.add(origin)
-            if p.event_type == "stop":
-                self._end_segment(origin)
-        elif isinstance(p, PartialThinkingPayload):
-            if p.event_type == "start":
-                self._end_segment(origin)
-            if p.thinking:
-                self._stream(origin, p.thinking, _THINKING)
-                self._streamed.add(origin)
-            if p.event_type == "stop":
-                self._end_segment(origin)
-        elif isinstance(p, PartialToolCallOutputPayload):
-            self._tool_fragment(origin, p)
-        elif msg.is_partial:
-            return
+        frag = fragment(msg)
+        if frag is not None:
+            self._fragment(origin, frag)
         elif isinstance(p, SessionMetaPayload):
             if origin:
                 self._child_started(origin)
@@ -243,6 +226,20 @@ class StreamRenderer:
         elif isinstance(p, TokenUsagePayload):
             return
 
+    def _fragment(self, origin: Origin, frag: Fragment) -> None:
+        if frag.kind == "tool_call_output":
+            self._tool_fragment(origin, frag)
+            return
+        if frag.kind == "tool_call":
+            return  # a call is shown whole, with its arguments, once complete
+        if frag.kind == "thinking" and frag.event == "start":
+            self._end_segment(origin)
+        if frag.content:
+            self._stream(origin, frag.content, "" if frag.kind == "text" else _THINKING)
+            self._streamed.add(origin)
+        if frag.event == "stop":
+            self._end_segment(origin)
+
     # ------------------------------------------------------------------ subagents
 
     def _child_started(self, child: Origin) -> None:
@@ -290,7 +287,7 @@ class StreamRenderer:
             "cyan",
         )
 
-    def _tool_fragment(self, origin: Origin, p: PartialToolCallOutputPayload) -> None:
+    def _tool_fragment(self, origin: Origin, p: Fragment) -> None:
         key = (origin, p.tool_call_id)
         stream = self._tools.get(key)
         if stream is None:
@@ -299,12 +296,12 @@ class StreamRenderer:
         if spawn is not None:
             spawn.started = True
         self._mark_pending(origin, p.tool_call_id)
-        if p.output:
-            stream.buffer += p.output
+        if p.content:
+            stream.buffer += p.content
             *complete, stream.buffer = stream.buffer.split("\n")
             for line in complete:
                 self._tool_line(origin, p.tool_call_id, stream, line)
-        if p.event_type == "stop":
+        if p.event == "stop":
             self._flush_tool(origin, p.tool_call_id)
 
     def _flush_tool(self, origin: Origin, call_id: str) -> None:

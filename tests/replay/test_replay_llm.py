@@ -26,8 +26,8 @@ from eventstore import (
     read_trace,
 )
 from eventstore import builders as b
-from eventstore.aggregate import PartialAggregator
 from eventstore.builders import is_partial, payload_type, stop_reason_of
+from eventstore.partials import PartialAggregator
 from replay._replay_llm import ReplayEnvironment, ReplayLLM, load_located, recorded_approve
 
 pytestmark = pytest.mark.anyio

@@ -236,7 +236,7 @@ def _content(p: Any) -> tuple[Any, ...]:
 def assert_discipline(messages: list[Any]) -> None:
     """R-STREAM-1/2/4: start, deltas, stop, then at once the complete message whose content is
     the concatenation of the fragments, with the stop's stop_reason; nothing left open."""
-    from eventstore.aggregate import PartialAggregator
+    from eventstore.partials import PartialAggregator
 
     agg = PartialAggregator()
     expect: Any = None

@@ -22,7 +22,7 @@ from eventstore import (
 )
 from eventstore import builders as b
 from eventstore._schema import EventType
-from eventstore.aggregate import PartialAggregator
+from eventstore.partials import PartialAggregator
 
 
 def ts(n: int) -> str:
@@ -299,3 +299,81 @@ def test_r_stream_2_aggregating_interleaved_segments_rebuilds_the_complete_messa
     agg = PartialAggregator()
     assert feed_all(agg, stream) == want
     assert agg.flush() == []
+
+
+# --------------------------------------------------------------------------- the writer
+
+
+@pytest.mark.parametrize("kind", ["text", "thinking", "tool_call", "tool_call_output"])
+def test_r_stream_2_a_writers_fragments_aggregate_to_its_complete_message(kind: Any) -> None:
+    from eventstore.partials import SegmentWriter
+
+    seg = SegmentWriter(kind, tool_call_id="c1" if "tool" in kind else "", name="ls")
+    msgs = [seg.start(), seg.delta("ab"), seg.delta("cd"), *seg.stop("failed")]
+    complete = msgs[-1]
+    assert msgs[-2].payload.event_type == "stop"  # type: ignore[union-attr]
+    assert getattr(complete.payload, "stop_reason", None) == "failed"
+    agg = PartialAggregator()
+    rebuilt = feed_all(agg, msgs[:-1])
+    assert [encode(m) for m in rebuilt] == [encode(complete)]
+    assert seg.body == "abcd"
+
+
+def test_writer_images_ride_on_a_delta_and_reach_the_complete_output() -> None:
+    from eventstore.partials import SegmentWriter
+
+    seg = SegmentWriter("tool_call_output", tool_call_id="c1")
+    seg.start()
+    seg.delta("x", images=["data:a"])
+    _, complete = seg.stop("completed")
+    assert isinstance(complete.payload, ToolCallOutputPayload)
+    assert complete.payload.images == ["data:a"]
+
+
+def test_r_stream_4_close_open_ends_every_open_segment_with_the_reason() -> None:
+    agg = PartialAggregator()
+    feed_all(
+        agg,
+        [
+            b.partial_text("start"),
+            b.partial_text("delta", "half"),
+            b.partial_tool_call("start", "c1", name="ls"),
+            b.partial_tool_call("delta", "c1", arguments="{"),
+            b.partial_thinking("start"),
+        ],
+    )
+    agg.settle(b.thinking(""))  # a complete message closes its own kind's segment
+    out = agg.close_open("aborted")
+    kinds = [type(m.payload) for m in out]
+    assert kinds == [PartialTextPayload, TextPayload, PartialToolCallPayload, ToolCallPayload]
+    assert all(getattr(m.payload, "stop_reason", None) == "aborted" for m in out)
+    assert out[1].payload.text == "half"  # type: ignore[union-attr]
+    assert out[3].payload.arguments == "{"  # type: ignore[union-attr]
+    assert agg.open_count == 0
+
+
+def test_fragment_gives_one_view_of_every_partial_and_none_otherwise() -> None:
+    from eventstore.partials import fragment, segment_kind
+
+    f = fragment(b.partial_tool_call_output("delta", "c9", "out", images=["i"]))
+    assert f is not None
+    assert (f.kind, f.event, f.tool_call_id, f.content, f.images) == (
+        "tool_call_output",
+        "delta",
+        "c9",
+        "out",
+        ["i"],
+    )
+    assert fragment(b.user_text("hi")) is None
+    assert segment_kind(b.tool_call("ls", "{}", "c1")) == "tool_call"
+    assert segment_kind(b.abort()) is None
+
+
+def test_the_old_module_name_still_imports_with_a_deprecation_warning() -> None:
+    import importlib
+    import sys
+
+    sys.modules.pop("eventstore.aggregate", None)
+    with pytest.warns(DeprecationWarning, match="eventstore.partials"):
+        module = importlib.import_module("eventstore.aggregate")
+    assert module.PartialAggregator is PartialAggregator
