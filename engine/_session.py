@@ -754,9 +754,8 @@ class Session:
                     if getattr(msg.payload, "role", None) == "assistant":
                         outputs.append(msg)
                     text = msg.payload
-                    if self._title_capturing and isinstance(text, TextPayload):
-                        if text.role == "assistant":
-                            self._title_assistant.append(text.text)
+                    if isinstance(text, TextPayload) and self._title_capturing:
+                        self._capture_title_text(text)
                     push(msg)
                     p = msg.payload
                     if (
@@ -784,6 +783,10 @@ class Session:
                 outputs.append(msg)
                 push(msg)
         return outcome, called
+
+    def _capture_title_text(self, text: TextPayload) -> None:
+        if text.role == "assistant":
+            self._title_assistant.append(text.text)
 
     def _restamp_usage(self, msg: OmniMessage) -> OmniMessage:
         """R-RUN-10: the session counts are ours to keep (the LLM is stateless)."""
