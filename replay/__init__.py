@@ -6,17 +6,24 @@ from . import golden
 from ._fork import fork_session
 from ._replay_llm import ReplayEnvironment, ReplayLLM, recorded_approve
 from ._resume import load_session, resume_session
+from ._timetravel import Position, TracePoint, context_at, parse_position, request_at, trace_point
 from ._validate import Finding, validate_file, validate_paths, validate_session
 
 __all__ = [
     "Finding",
+    "Position",
     "ReplayEnvironment",
     "ReplayLLM",
+    "TracePoint",
+    "context_at",
     "fork_session",
     "golden",
     "load_session",
+    "parse_position",
     "recorded_approve",
+    "request_at",
     "resume_session",
+    "trace_point",
     "validate_file",
     "validate_paths",
     "validate_session",

@@ -35,6 +35,7 @@ from eventstore.builders import user_text
 from projections import ModelContext, SessionState
 from replay import Finding, load_session, resume_session, validate_session
 
+from ._at import show_at
 from ._clikit import (
     CliError,
     Globals,
@@ -771,6 +772,16 @@ def inspect(
             "with --json, as nested `children`).",
         ),
     ] = False,
+    at: Annotated[
+        str | None,
+        typer.Option(
+            "--at",
+            help="Show the exact request sent at the request_begin FILE:ORDINAL (or the model "
+            "context after any other record), synthesized messages marked with *.",
+            show_default=False,
+            metavar="FILE:ORDINAL",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show what a session's trace holds.
@@ -788,6 +799,11 @@ def inspect(
                 "--children shows the session view: it does not combine with --records or --follow"
             )
         t = resolve_target(target, g)
+        if at is not None:
+            point = show_at(_console(), t.files, at, as_json=as_json)
+            if point is not None:
+                write_json(point)
+            return
         numbered = [read_numbered(path) for path in t.files]
         selected: list[int] | None = None
         if file is not None:

@@ -1,0 +1,187 @@
+"""Time travel (SPEC R-TOOL-1): ``request_at`` is the request the LLM received, byte for byte.
+
+Every scenario of the fixture corpus (``fixtures/make_fixtures.py``) is run again with every
+``ScriptedLLM`` recording what it received; then ``request_at`` at each ``request_begin`` of
+the trace (in file then ordinal order) must equal the request at the same position in the
+recording.  Damaged scenarios keep the requests of the intact prefix.  Random sessions come
+from the resume property's generator (aborts, retries, steering, compactions, rotations).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from engine import LLMRequest
+from engine.llm import ScriptedLLM
+from eventstore import DataRoot, RequestBeginPayload, encode, read_trace, scan_trace
+from projections import ModelContext
+from replay import context_at, request_at, trace_point
+
+ROOT = Path(__file__).resolve().parents[2]
+EXTENDED = bool(os.environ.get("PENGUIN_EXTENDED"))
+
+
+def _load(name: str, path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+fixtures = _load("_penguin_make_fixtures", ROOT / "fixtures" / "make_fixtures.py")
+prop = _load("_penguin_resume_property", ROOT / "tests" / "replay" / "test_resume_property.py")
+
+
+def begins(files: list[Path]) -> list[tuple[int, int]]:
+    out = []
+    for n, path in enumerate(files, start=1):
+        ordinal = 0
+        for item in scan_trace(path):
+            if isinstance(item, tuple):
+                if isinstance(item[1].payload, RequestBeginPayload):
+                    out.append((n, ordinal))
+                ordinal += 1
+    return out
+
+
+def same(rebuilt: LLMRequest, sent: LLMRequest, where: str) -> None:
+    assert [encode(m) for m in rebuilt.messages] == [encode(m) for m in sent.messages], where
+    assert rebuilt.new_messages == sent.new_messages, where
+    assert rebuilt.system_prompt == sent.system_prompt, where
+    assert msgspec.json.encode(rebuilt.tools) == msgspec.json.encode(sent.tools), where
+
+
+class Recording:
+    """Every request any ScriptedLLM receives, in order (a session and its resumed successor
+    use different model objects)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.requests: list[LLMRequest] = []
+        original = ScriptedLLM.stream
+
+        def stream(llm: ScriptedLLM, request: LLMRequest) -> Any:
+            self.requests.append(request)
+            return original(llm, request)
+
+        monkeypatch.setattr(ScriptedLLM, "stream", stream)
+
+
+INTACT_PREFIX = {"damaged_torn_tail", "damaged_dangling_request", "damaged_dangling_compaction"}
+CASES = [s for s in fixtures.SCENARIOS if s[2] is None or s[0] in INTACT_PREFIX]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_request_at_equals_every_recorded_request(
+    case: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    name, scenario, damage, _ = case
+    rec = Recording(monkeypatch)
+
+    async def run() -> list[Path]:
+        ctx = await scenario(tmp_path)
+        return DataRoot(ctx.home).trace_files(ctx.session.id)
+
+    files = anyio.run(run)
+    if damage is not None:
+        damage(files)
+        files = [f for f in files if f.exists()]
+    positions = begins(files)
+    assert positions, name
+    if damage is None:
+        assert len(positions) == len(rec.requests)
+    else:
+        assert 0 < len(positions) <= len(rec.requests)
+    for position, sent in zip(positions, rec.requests, strict=False):
+        same(request_at(files, position), sent, f"{name} at {position}")
+
+
+def test_synthesized_messages_are_marked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The abort_stream scenario's second task carries a [turn_aborted] block: made by the fold,
+    held by no record."""
+    rec = Recording(monkeypatch)
+
+    async def run() -> list[Path]:
+        ctx = await fixtures.abort_stream(tmp_path)
+        return DataRoot(ctx.home).trace_files(ctx.session.id)
+
+    files = anyio.run(run)
+    last = begins(files)[-1]
+    point = trace_point(files, last)
+    assert point.request is not None
+    same(point.request, rec.requests[-1], "last request")
+    marked = [point.request.messages[i] for i in sorted(point.synthesized)]
+    assert marked, "the block is synthesized"
+    recorded = {encode(r) for r in read_trace(files).records}
+    assert all(encode(m) not in recorded for m in marked)
+    unmarked = [m for i, m in enumerate(point.request.messages) if i not in point.synthesized]
+    assert all(encode(m) in recorded for m in unmarked)
+
+
+def test_context_at_any_record_is_the_fold_up_to_it(tmp_path: Path) -> None:
+    files = sorted((ROOT / "fixtures" / "traces" / "compaction_mid_task").rglob("*.jsonl"))
+    for n, path in enumerate(files, start=1):
+        records = read_trace(path).records
+        for ordinal in range(len(records)):
+            assert context_at(files, (n, ordinal)) == ModelContext.from_records(
+                records[: ordinal + 1]
+            )
+
+
+@pytest.mark.parametrize(
+    ("position", "message"),
+    [((9, 0), "no file 9"), ((1, 10_000), "no record 10000"), ((1, 0), "not a request_begin")],
+)
+def test_bad_positions_are_value_errors(position: tuple[int, int], message: str) -> None:
+    files = sorted((ROOT / "fixtures" / "traces" / "plain").rglob("*.jsonl"))
+    with pytest.raises(ValueError, match=message):
+        request_at(files, position)
+
+
+@settings(
+    max_examples=40 if EXTENDED else 6,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(plan=prop.plans())
+def test_request_at_on_random_sessions(plan: Any) -> None:
+    """Aborts, retries, auth failures, steering, compactions and rotations, drawn at random."""
+
+    sent: list[LLMRequest] = []
+    original = prop.Dispatching.stream
+
+    def stream(self: Any, request: LLMRequest) -> Any:
+        sent.append(request)
+        return original(self, request)
+
+    prop.Dispatching.stream = stream
+    try:
+
+        async def run() -> None:
+            with tempfile.TemporaryDirectory() as tmp:
+                base = Path(tmp)
+                (base / "ws").mkdir()
+                with anyio.fail_after(30):
+                    _, _, sid = await prop.run_live(plan, base / "live", base / "ws")
+                files = DataRoot(base / "live").trace_files(sid)
+                positions = begins(files)
+                assert len(positions) == len(sent)
+                for position, request in zip(positions, sent, strict=True):
+                    same(request_at(files, position), request, f"at {position}")
+
+        anyio.run(run)
+    finally:
+        prop.Dispatching.stream = original
