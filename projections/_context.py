@@ -44,10 +44,14 @@ from eventstore.builders import request_end as _request_end
 from eventstore.builders import tool_call_output, user_text
 
 from .markers import (
+    COMPACTION_CLOSURE_ERROR,
     PLACEHOLDER_ABORTED,
     PLACEHOLDER_CRASH,
+    REQUEST_CLOSURE_ERROR,
     downgrade_goal,
+    downgrade_goal_message,
     extract_summary,
+    is_goal_text,
     line_text,
     line_thinking,
     line_tool_call,
@@ -178,6 +182,15 @@ class ModelContext:
         self._span_usage = False
         self._span_begin_ts = ""
         self._span_texts: list[str] = []
+        # Timestamp and reason of an ``abort`` written inside the open span (R-TRACE-15a).
+        self._span_abort: tuple[str, str | None] | None = None
+        # The open request's input as recorded, before the goal downgrade (R-COMPACT-28 puts
+        # a compaction's carry-over back exactly).
+        self._snapshot_raw: list[OmniMessage] = []
+        # R-CARRY-12: the goal text most recently folded (its id) while no later user input or
+        # ``abort`` has ended its run; every other goal text in an input is carry-over.
+        self._fresh_goal: int | None = None
+        self._goal_seen = False
         # Compaction span.
         self._compaction: tuple[CompactionReason, CompactionMode] | None = None
         self._compaction_prompt: OmniMessage | None = None
@@ -267,6 +280,32 @@ class ModelContext:
         """Request spans inside the open compaction span (R-RESUME-14)."""
         return self._compaction_requests if self._compaction is not None else 0
 
+    def closure_records(self) -> list[OmniMessage]:
+        """R-RESUME-14a then R-RESUME-14: the records that close the spans left open (none when
+        nothing is open).  Resume appends them; so does a live session whose run ended inside a
+        span while its writer stays usable (R-TRACE-15a)."""
+        out: list[OmniMessage] = []
+        if self._in_request:
+            attempt = self.open_attempt
+            if self._span_usage:
+                out.append(_request_end("completed", attempt=attempt if attempt > 1 else None))
+            else:
+                out.append(
+                    _request_end("aborted", error_message=REQUEST_CLOSURE_ERROR, attempt=attempt)
+                )
+        if self._compaction is not None:
+            reason, mode = self._compaction
+            out.append(
+                _compaction_end(
+                    reason,
+                    mode,
+                    "failed",
+                    attempt=self._compaction_requests or None,
+                    error_message=COMPACTION_CLOSURE_ERROR,
+                )
+            )
+        return out
+
     def request_messages(self) -> list[OmniMessage]:
         """History plus the open request's input: the ``messages`` of the request being sent."""
         return [*self._history, *self._snapshot]
@@ -348,6 +387,10 @@ class ModelContext:
         if self._closed:
             self._reopen()
         self._render.append(record)
+        self._fresh_goal = None
+        if type(p) is TextPayload and p.text.startswith("[goal]\n") and is_goal_text(p.text):
+            self._fresh_goal = id(record)
+            self._goal_seen = True
         # ``_close_windows``, inlined: this runs for every user input.
         if self._window:
             self._window.clear()
@@ -396,10 +439,16 @@ class ModelContext:
 
     def _on_abort_record(self, record: OmniMessage, p: AbortPayload) -> None:
         self._render.append(record)
+        self._fresh_goal = None
+        if self._in_request and self._span_abort is None:
+            # R-RESUME-10: the span's calls belong to the run this abort ended, although they
+            # commit only at the closure record that follows it (R-TRACE-15a).
+            self._span_abort = (record.timestamp, p.reason)
         self._on_abort(record.timestamp, p.reason)
 
     def _on_compaction_begin(self, record: OmniMessage, p: CompactionBeginPayload) -> None:
         self._close_windows()
+        self._fresh_goal = None
         self._compaction = (p.reason, p.mode)
         self._compaction_prompt = None
         self._compaction_committed = False
@@ -418,7 +467,8 @@ class ModelContext:
     def _begin_request(self, record: OmniMessage, p: RequestBeginPayload) -> None:
         """The ``request_begin`` handler: the request's input is the view of pending now."""
         if self._in_request:
-            self._drop_open_request(record.timestamp)
+            # R-RESUME-15b: its request_end was lost; it ends as a failed attempt.
+            self._drop_open_request(record.timestamp, "failed")
         if self._closed:
             self._reopen()
         dropped = self._dropped
@@ -437,10 +487,14 @@ class ModelContext:
             prompt = self._compaction_prompt
             if prompt is not None and not (snapshot and snapshot[-1] is prompt):
                 snapshot.append(prompt)
+        self._snapshot_raw = snapshot
+        if self._goal_seen:
+            snapshot = self._downgrade_goals(snapshot)
         self._turn = dropped if retried else None
         self._dropped = None
         self._pending = []
         self._snapshot = snapshot
+        self._span_abort = None
         self._outputs = []
         self._span_texts = []
         self._span_usage = False
@@ -448,6 +502,12 @@ class ModelContext:
         self._in_request = True
         if self._compaction is not None:
             self._compaction_requests += 1
+
+    def _downgrade_goals(self, snapshot: list[OmniMessage]) -> list[OmniMessage]:
+        """R-RUN-5, R-COMPACT-28, R-CARRY-12: goal texts of ended runs in an input are sent
+        downgraded; the run's own goal prompt (and a retry's copy of it, INV-14) is not."""
+        fresh = self._fresh_goal
+        return [m if id(m) == fresh else downgrade_goal_message(m) for m in snapshot]
 
     def _snapshot_for_begin(self) -> list[OmniMessage]:
         snapshot = self._view()
@@ -484,20 +544,25 @@ class ModelContext:
                 if cid not in answered:
                     unanswered[cid] = msg
                     self._window.append(cid)
+                    if self._span_abort is not None:
+                        self._abort_explained.setdefault(cid, self._span_abort[0])
         self._turn = None
         if self._compaction is not None:
             self._compaction_committed = True
             self._last_span_texts = self._span_texts
         self._snapshot = []
+        self._snapshot_raw = []
         self._outputs = []
+        self._span_abort = None
 
     def _drop_open_request(self, ts: str, status: StopReason = "aborted") -> None:
         """R-RESUME-7: a request that did not commit gives its input back."""
         self._in_request = False
         snapshot = self._snapshot
         if self._compaction is not None:
-            # R-RESUME-7c: a compaction attempt's input is put back whole.
-            self._pending = [*snapshot, *self._pending]
+            # R-RESUME-7c: a compaction attempt's input is put back whole, as recorded
+            # (R-COMPACT-28: the carry-over is restored exactly; the next attempt downgrades it).
+            self._pending = [*self._snapshot_raw, *self._pending]
         else:
             attempt = _Attempt(snapshot=snapshot, begin_ts=self._span_begin_ts)
             attempt.outputs = self._outputs
@@ -523,11 +588,16 @@ class ModelContext:
             if turn is None:
                 turn = _Turn(original_input=snapshot)
             turn.attempts.append(attempt)
-            turn.settled = False
+            # R-RESUME-7b: an abort written inside the span ended the run; no retry follows.
+            turn.settled = self._span_abort is not None
+            if self._span_abort is not None:
+                turn.abort_reason = self._span_abort[1]
             self._turn = None
             self._dropped = turn
         self._snapshot = []
+        self._snapshot_raw = []
         self._outputs = []
+        self._span_abort = None
 
     # ------------------------------------------------------------------ aborts and windows
 
@@ -552,14 +622,22 @@ class ModelContext:
 
     def _end_compaction(self, record: OmniMessage, p: CompactionEndPayload) -> None:
         if self._in_request:
-            self._drop_open_request(record.timestamp)
+            # R-RESUME-15b: a span left open inside the compaction closes as R-RESUME-14a would.
+            if self._span_usage:
+                self._commit()
+            else:
+                self._drop_open_request(record.timestamp)
+        # R-RESUME-15: only a completed request span inside this compaction span gives the
+        # summary; with its compaction_begin lost there is none.
+        texts = self._last_span_texts if self._compaction is not None else []
+        self._last_span_texts = []
         self._compaction = None
         if p.status == "completed":
             if p.mode == "discard":
                 self._reset(keep_summary=False)
                 self._closed = True
                 return
-            summary = extract_summary("".join(self._last_span_texts))
+            summary = extract_summary("".join(texts))
             if summary:
                 self._reset(keep_summary=False)
                 self._closed = True
@@ -583,10 +661,14 @@ class ModelContext:
         self._closed = False
         self._in_request = False
         self._snapshot = []
+        self._snapshot_raw = []
         self._outputs = []
+        self._span_abort = None
+        self._fresh_goal = None
         self._compaction = None
         self._compaction_prompt = None
         self._compaction_inputs = []
+        self._last_span_texts = []
         self._call_seq = {}
         self._unanswered = {}
         self._answered = set()
@@ -639,19 +721,27 @@ class ModelContext:
 
     def _general_view(self) -> list[OmniMessage]:
         """``_compute_view`` for any fold state, without the shortcut."""
-        pending = self._pending
         unanswered = self._unanswered
         order = self._call_seq
-        seq: list[OmniMessage]
-        if self._dropped is None:
-            seq = pending
-        else:
-            seq = [*self._dropped.render(), *pending]
         result: list[OmniMessage] = []
+        seen: set[str] = set()
+        last_output = -1
+        if self._dropped is not None:
+            # A dropped turn's input was sent as an input already (its outputs ordered, its
+            # placeholders after them): it is re-sent as it was, never re-sorted (R-CARRY-3,
+            # R-RESUME-9, INV-14).
+            for msg in self._dropped.render():
+                p = msg.payload
+                if isinstance(p, ToolCallOutputPayload):
+                    cid = p.tool_call_id
+                    if cid not in unanswered or cid in seen:
+                        continue
+                    seen.add(cid)
+                    last_output = len(result)
+                result.append(msg)
         slots: list[int] = []
         outputs: list[OmniMessage] = []
-        seen: set[str] = set()
-        for msg in seq:
+        for msg in self._pending:
             p = msg.payload
             if isinstance(p, ToolCallOutputPayload):
                 cid = p.tool_call_id
@@ -659,6 +749,7 @@ class ModelContext:
                     continue
                 seen.add(cid)
                 slots.append(len(result))
+                last_output = len(result)
                 outputs.append(msg)
             result.append(msg)
         if outputs:
@@ -667,7 +758,7 @@ class ModelContext:
                 result[slot] = msg
         missing = [cid for cid in unanswered if cid not in seen]
         if missing:
-            at = slots[-1] + 1 if slots else 0
+            at = last_output + 1
             placeholders = [self._placeholder(cid) for cid in missing]
             result[at:at] = placeholders
         return result

@@ -17,8 +17,9 @@ traces), stated once:
   the span ends any other way.
 - A ``request_end`` with no open span (its ``request_begin`` lost) commits nothing and counts no
   turn, as ``ModelContext`` commits nothing for it; it still sets ``last_request_status``.
-- A ``compaction_end`` while a request span is open drops that span uncommitted, as
-  ``ModelContext`` does.
+- A ``compaction_end`` while a request span is open first closes that span as R-RESUME-14a
+  would — committed when its ``token_usage`` was recorded (R-RESUME-15b) — as ``ModelContext``
+  does.
 - Every ``session_meta`` after the first starts a new context, but only once a record other than
   ``tool_list_ready`` follows it: a trailing rotation head is crash residue (R-ROOT-10, R-PROJ-1),
   which leaves the previous file's state standing and only makes ``rotation_pending`` true.
@@ -209,7 +210,7 @@ class SessionState:
 
     def _on_compaction_end(self, payload: CompactionEndPayload) -> None:
         if self.open_request:
-            self._end_span(committed=False)
+            self._end_span(committed=self._span_usage)  # R-RESUME-15b
         self.open_compaction = None
         texts, self._compaction_texts = self._compaction_texts, []
         if payload.status != "completed":

@@ -4,8 +4,9 @@ Owns: the spelling of every marker block the engine writes or parses (``[context
 ``[turn_aborted]`` / ``[turn_retried]`` transcripts, ``[user_steering]``, the goal downgrade,
 the summary extraction ladder) and every fixed sentence the engine emits (placeholders, denial
 texts, compaction repair and corrective note, abort reasons, notices, prompts).  Does not: build
-OmniMessages (``eventstore.builders``), decide *when* any of these is used (``engine``,
-``projections._context``), or do I/O.  Every function here is a pure ``str -> str`` function.
+OmniMessages from scratch (``eventstore.builders``), decide *when* any of these is used
+(``engine``, ``projections._context``), or do I/O.  Every function here is pure; all but the
+message-level goal downgrade (:func:`downgrade_goal_message`) are ``str -> str``.
 
 Regular expressions follow SPEC's conventions: Python ``re`` syntax without MULTILINE, with the
 JavaScript end anchor ``$`` written as ``\\Z`` (Python's ``$`` would also match before a final
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import re
 from typing import Final, Literal, TypeAlias
+
+import msgspec
 
 from eventstore import ImageUrlPayload, OmniMessage, TextPayload
 
@@ -62,6 +65,8 @@ __all__ = [
     "attached_file_line",
     "attached_image_line",
     "downgrade_goal",
+    "downgrade_goal_message",
+    "is_goal_text",
     "environment_threw_warning",
     "extract_summary",
     "invalid_approval_message",
@@ -424,6 +429,25 @@ def downgrade_goal(text: str) -> str:
     return (
         f"[goal round {round_no} of an ended goal run — protocol omitted; do not act on it]\n{rest}"
     )
+
+
+def is_goal_text(text: str) -> bool:
+    """The text opens with a goal block that R-CARRY-12 downgrades."""
+    return text.startswith("[goal]\n") and downgrade_goal(text) != text
+
+
+def downgrade_goal_message(msg: OmniMessage) -> OmniMessage:
+    """R-CARRY-12 on one message: a user text opening with a goal block becomes a copy (same
+    envelope and timestamp) whose text is :func:`downgrade_goal`'s; any other message is
+    returned as it is (the same object).  The one spelling of the rule for every consumption
+    point: next-run input (R-RUN-5), manual-compaction fold (R-COMPACT-28), goal mode."""
+    p = msg.payload
+    if not isinstance(p, TextPayload) or p.role != "user" or not p.text.startswith("[goal]\n"):
+        return msg
+    text = downgrade_goal(p.text)
+    if text == p.text:
+        return msg
+    return msgspec.structs.replace(msg, payload=msgspec.structs.replace(p, text=text))
 
 
 def is_task_starting(msg: OmniMessage) -> bool:
