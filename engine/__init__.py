@@ -21,7 +21,7 @@ from ._protocols import (
     allow_all,
     deny_all,
 )
-from ._session import Compactability, Session
+from ._session import Compactability, RecordListener, Session
 from ._signal import AbortSignal
 from ._subagent import (
     RUN_SUBAGENT,
@@ -45,6 +45,7 @@ __all__ = [
     "LLMOutcome",
     "LLMRequest",
     "LocalEnvironment",
+    "RecordListener",
     "RetryPolicy",
     "Session",
     "SessionBroken",

@@ -59,10 +59,12 @@ from ._images import fold_images
 from ._protocols import LLM, Approval, ApproveFn, Environment, LLMOutcome, LLMRequest
 from ._signal import AbortSignal, make_waker
 
-__all__ = ["Compactability", "Session"]
+__all__ = ["Compactability", "RecordListener", "Session"]
 
 Compactability = Literal["ok", "unsupported", "empty", "just_compacted"]
 FsyncPolicy = Literal["never", "rotate", "turn", "always"]
+RecordListener = Callable[[OmniMessage, Path], None]
+"""Called with each record right after it is written and folded, and the file it went to."""
 
 _RETRYABLE = frozenset({"failed", "timeout", "malformed"})
 _VALID_APPROVALS = frozenset({"allow", "deny", "forbidden"})
@@ -176,6 +178,7 @@ class Session:
         self._title_capturing = False
         self.title_usage: TokenCounts | None = None
         self._compactor = CompactionRunner(self)
+        self._record_listeners: list[RecordListener] = []
 
     # ------------------------------------------------------------------ creation
 
@@ -353,6 +356,7 @@ class Session:
                 writer.append(self._meta)
                 self._meta_written = True
                 self._fold(self._meta)
+                self._notify(self._meta)
             elif self._state.rotation_pending:
                 self._rotate(writer)
             writer.append(msg)
@@ -363,6 +367,21 @@ class Session:
             self._write_failed = True
             raise _WriteFailed(exc, fatal=True) from None
         self._fold(msg)
+        self._notify(msg)
+
+    def add_record_listener(self, listener: RecordListener) -> Callable[[], None]:
+        """Call ``listener(record, file)`` after every record this session writes, in trace
+        order and in the writing task (a host such as the server tags streamed messages with
+        trace positions this way).  Returns a function that removes the listener.  A listener
+        must not raise or block."""
+        self._record_listeners.append(listener)
+        return lambda: self._record_listeners.remove(listener)
+
+    def _notify(self, msg: OmniMessage) -> None:
+        if self._record_listeners:
+            path = self.trace_path
+            for listener in tuple(self._record_listeners):
+                listener(msg, path)
 
     def _fold(self, msg: OmniMessage) -> None:
         self._ctx.apply(msg)
@@ -374,10 +393,12 @@ class Session:
         self._head_only = True
         writer.append(self._meta)
         self._fold(self._meta)
+        self._notify(self._meta)
         self._tool_list_in_file = False
         if self._tool_list_record is not None:
             writer.append(self._tool_list_record)
             self._fold(self._tool_list_record)
+            self._notify(self._tool_list_record)
             self._tool_list_in_file = True
 
     def _record_tool_output(self, msg: OmniMessage) -> OmniMessage:
@@ -528,6 +549,8 @@ class Session:
                 self._writer.append(msg)
             except TraceError:
                 pass
+            else:
+                self._notify(msg)
         run.push(msg)
 
     async def _task(self, run: _Run, prompt: list[OmniMessage]) -> None:

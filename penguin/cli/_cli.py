@@ -1230,3 +1230,6 @@ def main() -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         raise SystemExit(1) from None
+
+
+from . import _serve as _serve  # noqa: E402  (registers `penguin serve` on `app`)

@@ -1,0 +1,109 @@
+"""``penguin serve`` (SPEC §19): the HTTP server over this data root.
+
+Owns: the command's options (bind, token, the model options of ``penguin run``, the default
+approval mode of new sessions) and turning them into ``penguin.server.serve``.  Does not: serve
+(``penguin.server``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ._cli import (
+    ApproveChoice,
+    BaseUrlOpt,
+    KeyEnvOpt,
+    LlmOpt,
+    ModelOpt,
+    ScriptOpt,
+    _globals,
+    _llm_options,
+    app,
+)
+from ._clikit import CliError, errors_to_exit_codes
+from ._live import build_llm, environment_for
+from ._safe import safe
+
+__all__ = ["serve"]
+
+
+@app.command()
+def serve(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to bind.")] = 7364,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            help="The API token [default: $PENGUIN_SERVER_TOKEN, else <home>/server-token, "
+            "generated at first start].  Required to bind a non-loopback address.",
+            show_default=False,
+        ),
+    ] = None,
+    workspace: Annotated[
+        Path | None,
+        typer.Option(
+            "--workspace",
+            "-w",
+            help="Default workspace of new sessions [default: the current directory].",
+            show_default=False,
+        ),
+    ] = None,
+    approve: Annotated[
+        ApproveChoice,
+        typer.Option(
+            "--approve",
+            help="Default approval mode of new sessions: ask (answer over HTTP), allow-all, "
+            "deny-all.",
+            case_sensitive=False,
+        ),
+    ] = ApproveChoice.ask,
+    script: ScriptOpt = None,
+    llm: LlmOpt = None,
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    api_key_env: KeyEnvOpt = None,
+) -> None:
+    """Serve sessions over HTTP with a lossless event stream (Ctrl-C or SIGTERM to stop).
+
+    Prints the login URL (http://HOST:PORT/#token=...).  Programs send
+    `Authorization: Bearer <token>`; see the README's "Server" section for the routes.
+    """
+    with errors_to_exit_codes():
+        try:
+            from penguin.server import ServerError
+            from penguin.server import serve as run_server
+        except ImportError as exc:  # the `server` extra is not installed
+            raise CliError(
+                f"penguin serve needs the server extra: pip install 'penguin-engine[server]' "
+                f"({safe(str(exc))})"
+            ) from None
+        g = _globals(ctx)
+        options = _llm_options(script, llm, model, base_url, api_key_env)
+        build_llm(options)  # fail at start on a bad script or a missing key
+
+        def llm_factory(requested: str | None) -> object:
+            if requested is not None and options.llm is not None:
+                return build_llm(_llm_options(script, llm, requested, base_url, api_key_env))
+            return build_llm(options)
+
+        ws = (workspace or Path.cwd()).expanduser()
+        if not ws.is_dir():
+            raise CliError(f"workspace does not exist: {safe(str(ws))}")
+        try:
+            run_server(
+                g.root(),
+                host=host,
+                port=port,
+                token=token,
+                llm_factory=llm_factory,  # type: ignore[arg-type]
+                environment_factory=lambda m, w: environment_for(m, w),
+                workspace=ws,
+                approval=approve.value,
+            )
+        except ServerError as exc:
+            raise CliError(safe(str(exc))) from None

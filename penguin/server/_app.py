@@ -1,0 +1,161 @@
+"""The ASGI application (SPEC §19): ``create_app(root, ...)`` builds it without binding a port.
+
+Owns: assembling Starlette from the route table, the guard (token on every ``/api`` route but
+login), one error shape for every failure (no traceback reaches a client; a real fault is
+logged with a request id and answered 500), and the lifespan (the session host and the index
+watcher).  Does not: implement a route.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import anyio
+import anyio.abc
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import HTTPConnection, Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from eventstore import DataRoot
+
+from ._auth import authenticate, load_token
+from ._context import ServerContext, error_response, json_response
+from ._exceptions import ApiError
+from ._host import EnvironmentFactory, LLMFactory, SessionHost
+from ._hosted import ApprovalMode
+from ._index import Index
+from ._openapi import ROUTES, document
+from ._watch import watch_traces
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("penguin.server")
+_OPEN = frozenset({"/api/login"})
+
+
+class _Guard:
+    def __init__(self, app: ASGIApp, ctx: ServerContext) -> None:
+        self.app = app
+        self.ctx = ctx
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            path: str = scope["path"]
+            if (path == "/api" or path.startswith("/api/")) and path not in _OPEN:
+                try:
+                    authenticate(HTTPConnection(scope), self.ctx.token)
+                except ApiError as exc:
+                    await error_response(exc.status, exc.code, exc.message)(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return error_response(exc.status, exc.code, exc.message)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "bad_request")
+    return error_response(exc.status_code, code, str(exc.detail))
+
+
+async def _fault(request: Request, exc: Exception) -> Response:
+    rid = secrets.token_hex(6)
+    log.error(
+        "request %s %s failed (request id %s)", request.method, request.url.path, rid, exc_info=exc
+    )
+    return error_response(500, "internal_error", f"internal error (request id {rid})")
+
+
+class _Lifespan:
+    def __init__(self, ctx: ServerContext, *, watch: bool) -> None:
+        self.ctx = ctx
+        self.watch = watch
+        self._tg_cm: Any = None
+
+    async def __aenter__(self) -> None:
+        await self.ctx.host.__aenter__()
+        try:
+            self.ctx.loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.ctx.loop = None  # not asyncio (trio): SIGTERM is uvicorn's alone
+        self._tg_cm = anyio.create_task_group()
+        tg: anyio.abc.TaskGroup = await self._tg_cm.__aenter__()
+        await anyio.to_thread.run_sync(self.ctx.index.refresh)
+        if self.watch:
+            tg.start_soon(watch_traces, self.ctx)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self._tg_cm.cancel_scope.cancel()
+            await self._tg_cm.__aexit__(None, None, None)
+        finally:
+            await self.ctx.host.__aexit__(exc_type, exc, tb)
+            self.ctx.events.close()
+            self.ctx.index.close()
+
+
+def create_app(
+    root: DataRoot | str | Path | None = None,
+    *,
+    token: str | None = None,
+    llm_factory: LLMFactory | None = None,
+    environment_factory: EnvironmentFactory | None = None,
+    workspace: str | Path | None = None,
+    approval: ApprovalMode = "ask",
+    body_limit: int = 64 * 2**20,
+    buffer_events: int = 10_000,
+    buffer_bytes: int = 8 * 2**20,
+    watch: bool = True,
+) -> Starlette:
+    """The server as an ASGI app; nothing runs until its lifespan starts."""
+    data_root = root if isinstance(root, DataRoot) else DataRoot(root)
+    ctx_box: list[ServerContext] = []
+    host = SessionHost(
+        data_root,
+        llm_factory=llm_factory,
+        environment_factory=environment_factory,
+        workspace=Path(workspace) if workspace is not None else None,
+        approval=approval,
+        buffer_events=buffer_events,
+        buffer_bytes=buffer_bytes,
+        on_state=lambda h: ctx_box[0].session_state_event(h),
+        on_created=lambda sid, source: ctx_box[0].session_created_event(sid, source),
+    )
+    ctx = ServerContext(
+        root=data_root,
+        host=host,
+        index=Index(data_root),
+        token=load_token(data_root, token),
+        body_limit=body_limit,
+    )
+    ctx_box.append(ctx)
+
+    async def openapi(request: Request) -> Response:
+        return json_response(document())
+
+    routes = [Route(r.path, r.handler, methods=[r.method]) for r in ROUTES]
+    routes.append(Route("/api/openapi.json", openapi, methods=["GET"]))
+    app = Starlette(
+        routes=routes,
+        exception_handlers={ApiError: _api_error, HTTPException: _http_error, Exception: _fault},
+        lifespan=lambda app: _Lifespan(ctx, watch=watch),
+    )
+    app.state.penguin = ctx
+    app.add_middleware(_Guard, ctx=ctx)
+    return app

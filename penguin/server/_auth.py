@@ -1,0 +1,78 @@
+"""Authentication (R-SRV-1).
+
+Owns: the server token (explicit, else ``$PENGUIN_SERVER_TOKEN``, else ``<home>/server-token``
+generated at first start with mode 0600), the constant-time check of a bearer token or the
+login cookie, and the ``Origin`` check of cookie-authenticated writes.  Does not: route.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import secrets
+from pathlib import Path
+from typing import Final
+
+from starlette.requests import HTTPConnection
+
+from eventstore import DataRoot
+
+from ._exceptions import ApiError
+
+__all__ = ["COOKIE", "authenticate", "load_token"]
+
+COOKIE: Final = "penguin_token"
+_SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def load_token(root: DataRoot, explicit: str | None = None) -> str:
+    if explicit:
+        return explicit
+    env = os.environ.get("PENGUIN_SERVER_TOKEN")
+    if env:
+        return env
+    path = root.home / "server-token"
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+        if text:
+            return text
+    except FileNotFoundError:
+        pass
+    root.ensure_dir(root.home)
+    token = secrets.token_urlsafe(32)
+    _write_private(path, token)
+    return token
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, text.encode() + b"\n")
+    finally:
+        os.close(fd)
+
+
+def _same(given: str, token: str) -> bool:
+    return hmac.compare_digest(given.encode("utf-8", "replace"), token.encode("utf-8"))
+
+
+def authenticate(conn: HTTPConnection, token: str) -> None:
+    """Raise 401 without a valid token, 403 for a cookie write from another origin."""
+    header = conn.headers.get("authorization", "")
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() == "bearer" and given:
+        if _same(given.strip(), token):
+            return
+        raise ApiError(401, "unauthorized", "missing or wrong token")
+    cookie = conn.cookies.get(COOKIE)
+    if not cookie or not _same(cookie, token):
+        raise ApiError(401, "unauthorized", "missing or wrong token")
+    if conn.scope.get("method", "GET") not in _SAFE_METHODS:
+        origin = conn.headers.get("origin")
+        host = conn.headers.get("host")
+        scheme_ = conn.url.scheme
+        if not origin or not host or origin != f"{scheme_}://{host}":
+            raise ApiError(
+                403, "bad_origin", "a cookie-authenticated write needs this server's Origin"
+            )

@@ -1,0 +1,148 @@
+"""Typed request bodies (R-SRV-2, R-SRV-3…5).
+
+Owns: the msgspec structures every write decodes into (unknown keys and wrong types are 400
+with the field named), the capped body reader (413 counted while reading, so chunked bodies are
+capped too) and the JSON-only check (415).  Does not: act on a body.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypeVar
+
+import msgspec
+from starlette.requests import Request
+
+from ._exceptions import ApiError
+
+__all__ = [
+    "ApprovalBody",
+    "CompactionBody",
+    "CreateSessionBody",
+    "ForkBody",
+    "GoalBody",
+    "ImagePart",
+    "LoginBody",
+    "Part",
+    "Position",
+    "SteerBody",
+    "TaskBody",
+    "read_body",
+]
+
+ApprovalMode = Literal["allow-all", "ask", "deny-all"]
+MAX_IMAGE_BYTES = 20 * 2**20
+
+
+class _Body(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    pass
+
+
+class TextPart(_Body, tag="text", tag_field="type"):
+    text: str
+
+
+class ImagePart(_Body, tag="image", tag_field="type"):
+    data_url: str
+
+
+Part = TextPart | ImagePart
+
+
+class CompactionBody(_Body):
+    max_context_length: int | None = None
+    max_session_turns: int | None = None
+    mode: Literal["summarize", "discard"] | None = None
+
+
+class CreateSessionBody(_Body):
+    workspace: str | None = None
+    system_prompt: str | None = None
+    model: str | None = None
+    approval: ApprovalMode | None = None
+    compaction: CompactionBody | bool | None = None
+    max_turns: int | None = None
+
+
+class GoalBody(_Body):
+    budget: int | None = None
+
+
+class TaskBody(_Body):
+    input: list[Part]
+    thinking_level: str | None = None
+    goal: GoalBody | None = None
+
+
+class SteerBody(_Body):
+    input: list[Part]
+
+
+class ApprovalBody(_Body):
+    decision: Literal["allow", "deny"]
+
+
+class Position(_Body):
+    file: int
+    ordinal: int
+
+
+class ForkBody(_Body):
+    at: Position
+
+
+class LoginBody(_Body):
+    token: str
+
+
+class ImportBody(_Body):
+    jsonl: str
+
+
+T = TypeVar("T")
+
+
+def _is_json(request: Request) -> bool:
+    ctype = request.headers.get("content-type", "")
+    return ctype.split(";", 1)[0].strip().lower() == "application/json"
+
+
+async def read_raw(request: Request, *, limit: int) -> bytes:
+    """The body, at most ``limit`` bytes (413 beyond, whether declared or streamed)."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            if int(declared) > limit:
+                raise ApiError(413, "body_too_large", f"the body exceeds {limit} bytes")
+        except ValueError:
+            raise ApiError(400, "bad_request", "invalid Content-Length") from None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, "body_too_large", f"the body exceeds {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_body(request: Request, kind: type[T], *, limit: int, optional: bool = False) -> T:
+    """Decode the JSON body into ``kind``; ``optional`` accepts an empty body as ``kind()``."""
+    raw_peek = request.headers.get("content-length")
+    if optional and raw_peek in (None, "0") and "content-type" not in request.headers:
+        raw = await read_raw(request, limit=limit)
+        if not raw:
+            return kind()
+        raise ApiError(415, "unsupported_media_type", "write bodies must be application/json")
+    if not _is_json(request):
+        raise ApiError(415, "unsupported_media_type", "write bodies must be application/json")
+    raw = await read_raw(request, limit=limit)
+    if optional and not raw.strip():
+        return kind()
+    try:
+        return msgspec.json.decode(raw, type=kind)
+    except msgspec.ValidationError as exc:
+        raise ApiError(400, "invalid_body", str(exc)) from None
+    except msgspec.DecodeError as exc:
+        raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ApiError(400, "invalid_json", "the body is nested too deeply") from None

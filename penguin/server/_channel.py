@@ -1,0 +1,273 @@
+"""One session's event channel: ids that are trace positions, a bounded replay buffer, live
+fragments (R-SRV-6/7/8).
+
+Owns: event ids (``<file>:<ordinal>`` for a record, ``<file>:<ordinal>+<k>`` for the k-th
+other event after it), the replay buffer (10,000 events or 8 MiB), subscribers (bounded queues;
+a subscriber that falls behind is dropped and reconnects losslessly), the plan of a reconnect
+(buffer, or the trace when the buffer no longer holds the gap), and the open segments a reload
+shows as ``live`` fragments.  Does not: read traces (the host does) or speak HTTP.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import anyio
+import msgspec
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from eventstore import OmniMessage, encode
+from eventstore.builders import is_partial
+
+__all__ = ["Channel", "Event", "Key", "ReplayPlan", "Subscriber", "format_id", "parse_id"]
+
+Key = tuple[int, int, int]
+_ID: Final = re.compile(r"(\d{1,9}):(\d{1,12})(?:\+(\d{1,15}))?")
+SUBSCRIBER_QUEUE: Final = 20_000
+_json = msgspec.json.Encoder()
+
+
+def format_id(key: Key) -> str:
+    f, o, k = key
+    return f"{f}:{o}" if k == 0 else f"{f}:{o}+{k}"
+
+
+def parse_id(text: str | None) -> Key | None:
+    """A ``Last-Event-ID`` as a key; ``None`` for a missing or malformed one."""
+    if not text:
+        return None
+    m = _ID.fullmatch(text.strip())
+    if m is None:
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+@dataclass(slots=True)
+class Event:
+    key: Key
+    name: str | None  # None: an OmniMessage; "server": a server event
+    data: bytes
+    recorded: bool
+    wire: bytes = b""
+
+    def __post_init__(self) -> None:
+        head = b"id: " + format_id(self.key).encode() + b"\n"
+        if self.name is not None:
+            head += b"event: " + self.name.encode() + b"\n"
+        self.wire = head + b"data: " + self.data + b"\n\n"
+
+
+def server_event(data: dict[str, Any]) -> bytes:
+    return _json.encode(data)
+
+
+def unnumbered(name: str | None, data: bytes) -> bytes:
+    """An event without an id (snapshots and notices: they must not move ``Last-Event-ID``)."""
+    head = b"" if name is None else b"event: " + name.encode() + b"\n"
+    return head + b"data: " + data + b"\n\n"
+
+
+@dataclass(slots=True, eq=False)
+class Subscriber:
+    send: MemoryObjectSendStream[Event]
+    receive: MemoryObjectReceiveStream[Event]
+    dropped: bool = False
+
+
+@dataclass(slots=True)
+class ReplayPlan:
+    """A reconnect the buffer cannot serve: the records after ``after`` up to ``upto`` come from
+    the trace, then ``buffered`` (unrecorded events after ``upto``), then ``resync_required``
+    when unrecorded events may have been lost."""
+
+    after: tuple[int, int]
+    upto: tuple[int, int]
+    buffered: list[Event]
+    resync: bool
+
+
+_CONTENT: Final = ("text", "thinking", "arguments", "output")
+
+
+@dataclass(slots=True)
+class _Segment:
+    first: OmniMessage
+    parts: dict[str, list[str]] = field(default_factory=dict)
+    name: str = ""
+    images: list[str] = field(default_factory=list)
+
+    def add(self, msg: OmniMessage) -> None:
+        p = msg.payload
+        for attr in _CONTENT:
+            value = getattr(p, attr, None)
+            if isinstance(value, str) and value:
+                self.parts.setdefault(attr, []).append(value)
+        name = getattr(p, "name", None)
+        if isinstance(name, str) and name:
+            self.name = name
+        imgs = getattr(p, "images", None)
+        if imgs:
+            self.images.extend(imgs)
+
+    def snapshot(self) -> OmniMessage:
+        changes: dict[str, Any] = {a: "".join(v) for a, v in self.parts.items()}
+        if hasattr(self.first.payload, "name"):
+            changes["name"] = self.name
+        if self.images:
+            changes["images"] = list(self.images)
+        payload = msgspec.structs.replace(self.first.payload, event_type="start", **changes)
+        return msgspec.structs.replace(self.first, payload=payload)
+
+
+_COMPLETES: Final = {
+    "TextPayload": "PartialTextPayload",
+    "ThinkingPayload": "PartialThinkingPayload",
+    "ToolCallPayload": "PartialToolCallPayload",
+    "ToolCallOutputPayload": "PartialToolCallOutputPayload",
+}
+
+
+class Channel:
+    """The event channel of one session.  ``start`` is the position of the last record already
+    in the trace when the channel was made (``(0, 0)`` for a session with no trace yet);
+    ``restored`` says whether an earlier server may have streamed events after it."""
+
+    def __init__(
+        self,
+        start: tuple[int, int],
+        *,
+        restored: bool,
+        max_events: int = 10_000,
+        max_bytes: int = 8 * 2**20,
+    ) -> None:
+        self._record: tuple[int, int] = start
+        self._k = 0
+        self._start = start
+        self._restored = restored
+        self._floor: Key = (*start, 0)
+        self._lost: Key | None = None
+        self._buf: deque[Event] = deque()
+        self._bytes = 0
+        self._max_events = max_events
+        self._max_bytes = max_bytes
+        self._subs: set[Subscriber] = set()
+        self._open: dict[tuple[tuple[str, ...], str, str], _Segment] = {}
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def last_record(self) -> tuple[int, int]:
+        """The position of the last record published (or in the trace at start)."""
+        return self._record
+
+    @property
+    def cursor(self) -> str | None:
+        """The id of the last event published, ``None`` when nothing was."""
+        if self._buf:
+            return format_id(self._buf[-1].key)
+        if self._floor != (*self._start, 0):
+            return format_id(self._floor)
+        return None if self._start == (0, 0) else format_id((*self._start, 0))
+
+    def fragments(self) -> list[OmniMessage]:
+        return [seg.snapshot() for seg in self._open.values()]
+
+    # ------------------------------------------------------------------ publishing
+
+    def publish_record(self, msg: OmniMessage, file: int, ordinal: int) -> None:
+        self._record = (file, ordinal)
+        self._k = 0
+        kind = _COMPLETES.get(type(msg.payload).__name__)
+        if kind is not None and self._open:
+            self._open.pop(((), kind, str(getattr(msg.payload, "tool_call_id", ""))), None)
+        self._push(Event((file, ordinal, 0), None, encode(msg), True))
+
+    def publish_message(self, msg: OmniMessage) -> None:
+        """An unrecorded message run() yielded: a partial or an origin-tagged one."""
+        if is_partial(msg):
+            self._track(msg)
+        self._k += 1
+        self._push(Event((*self._record, self._k), None, encode(msg), False))
+
+    def publish_server(self, data: dict[str, Any]) -> None:
+        self._k += 1
+        self._push(Event((*self._record, self._k), "server", server_event(data), False))
+
+    def _track(self, msg: OmniMessage) -> None:
+        p = msg.payload
+        key = (
+            tuple(msg.origin or ()),
+            type(p).__name__,
+            str(getattr(p, "tool_call_id", "")),
+        )
+        event = getattr(p, "event_type", None)
+        if event == "stop":
+            self._open.pop(key, None)
+            return
+        seg = self._open.get(key)
+        if event == "start" or seg is None:
+            seg = self._open[key] = _Segment(msg)
+        seg.add(msg)
+
+    def _push(self, ev: Event) -> None:
+        buf = self._buf
+        buf.append(ev)
+        self._bytes += len(ev.wire)
+        while len(buf) > self._max_events or (self._bytes > self._max_bytes and len(buf) > 1):
+            old = buf.popleft()
+            self._bytes -= len(old.wire)
+            self._floor = old.key
+            if not old.recorded:
+                self._lost = old.key
+        for sub in tuple(self._subs):
+            try:
+                sub.send.send_nowait(ev)
+            except anyio.WouldBlock:
+                # Too slow: drop it; it reconnects with its Last-Event-ID and loses nothing.
+                self._drop(sub)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                self._drop(sub)
+
+    def end_segments(self) -> None:
+        """The task ended: nothing is streaming any more."""
+        self._open.clear()
+
+    # ------------------------------------------------------------------ subscribing
+
+    def subscribe(self, last: Key | None) -> tuple[Subscriber, list[Event] | ReplayPlan]:
+        """Register a subscriber and say what it missed, in one synchronous step (so the gap and
+        the live queue neither overlap nor leave a hole)."""
+        send, receive = anyio.create_memory_object_stream[Event](SUBSCRIBER_QUEUE)
+        sub = Subscriber(send, receive)
+        self._subs.add(sub)
+        if last is None:
+            return sub, []
+        stale_k = self._restored and last[2] > 0 and last[:2] <= self._start
+        if last >= self._floor and not stale_k:
+            return sub, [e for e in self._buf if e.key > last]
+        upto = self._record
+        after_upto = (*upto, 0)
+        buffered = [e for e in self._buf if e.key > after_upto]
+        lost_here = self._lost is not None and self._lost > last
+        return sub, ReplayPlan(
+            after=(last[0], last[1]),
+            upto=upto,
+            buffered=buffered,
+            resync=self._restored or lost_here,
+        )
+
+    def unsubscribe(self, sub: Subscriber) -> None:
+        self._drop(sub)
+        sub.receive.close()
+
+    def _drop(self, sub: Subscriber) -> None:
+        self._subs.discard(sub)
+        sub.dropped = True
+        sub.send.close()
+
+    def close(self) -> None:
+        for sub in tuple(self._subs):
+            self._drop(sub)

@@ -1,0 +1,123 @@
+"""What every route handler reaches: the host, the index, the user channel, the limits.
+
+Owns: ``ServerContext`` and the helpers shared by the route modules (JSON responses, the
+error response, the session row).  Does not: route.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import anyio
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+
+from eventstore import DataRoot, OmniMessage, encode
+
+from ._channel import Channel
+from ._exceptions import ApiError
+from ._host import SessionHost
+from ._hosted import Hosted
+from ._index import Index
+
+__all__ = ["ServerContext", "as_json", "ctx_of", "error_response", "json_response"]
+
+_json = msgspec.json.Encoder()
+DEFAULT_BODY_LIMIT: Final = 64 * 2**20
+
+
+def as_json(msg: OmniMessage) -> Any:
+    """A message as the trace spells it, as a JSON value."""
+    return msgspec.json.decode(encode(msg))
+
+
+def json_response(data: Any, status: int = 200) -> Response:
+    return Response(_json.encode(data), status, media_type="application/json")
+
+
+def error_response(status: int, code: str, message: str) -> Response:
+    return json_response({"error": {"code": code, "message": message}}, status)
+
+
+@dataclass
+class ServerContext:
+    root: DataRoot
+    host: SessionHost
+    index: Index
+    token: str
+    body_limit: int = DEFAULT_BODY_LIMIT
+    events: Channel = field(default_factory=lambda: Channel((0, 0), restored=False))
+    refreshed: float = 0.0
+    refresh_lock: anyio.Lock = field(default_factory=anyio.Lock)
+    loop: asyncio.AbstractEventLoop | None = None
+
+    def begin_shutdown(self) -> None:
+        """SIGTERM (R-SRV-14): refuse new tasks, abort running ones, end every stream."""
+        self.host.begin_shutdown()
+        self.events.close()
+
+    async def refresh_index(self, *, max_age: float = 0.5) -> None:
+        """Catch the index up (the watcher does it too; this bounds staleness for a reader)."""
+        if time.monotonic() - self.refreshed < max_age:
+            return
+        async with self.refresh_lock:
+            if time.monotonic() - self.refreshed < max_age:
+                return
+            await anyio.to_thread.run_sync(self.index.refresh)
+            self.refreshed = time.monotonic()
+
+    def row(self, h: Hosted | None, indexed: dict[str, Any] | None) -> dict[str, Any]:
+        base: dict[str, Any] = dict(indexed or {})
+        if h is not None:
+            base.setdefault("id", h.id)
+            base.setdefault("project", h.project)
+            base.setdefault("agent", h.agent)
+            session = h.session
+            if session is not None:
+                st = session.state
+                base.update(
+                    turns=st.turns_total, last_status=st.last_request_status, records=st.records
+                )
+            base["state"] = h.state
+            base["title"] = h.title
+            base["approval"] = h.approval
+            base["last_active"] = base.get("last_active") or _iso(h.last_active)
+        else:
+            base.update(state="idle", title=None)
+        base.setdefault("created", None)
+        base.setdefault("files", 0)
+        base.setdefault("turns", 0)
+        base.setdefault("last_status", None)
+        return base
+
+    def session_state_event(self, h: Hosted) -> None:
+        self.events.publish_server(
+            {
+                "type": "session_state",
+                "id": h.id,
+                "state": h.state,
+                "last_active": _iso(h.last_active),
+            }
+        )
+
+    def session_created_event(self, sid: str, source: str) -> None:
+        self.events.publish_server({"type": "session_created", "id": sid, "source": source})
+
+
+def _iso(t: float) -> str:
+    import datetime as _dt
+
+    return _dt.datetime.fromtimestamp(t).isoformat()
+
+
+def ctx_of(request: Request) -> ServerContext:
+    ctx: ServerContext = request.app.state.penguin
+    return ctx
+
+
+def not_found() -> ApiError:
+    return ApiError(404, "session_not_found", "no such session")

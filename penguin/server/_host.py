@@ -1,0 +1,502 @@
+"""The session host: sessions in memory, one task or compaction at a time (R-SRV-3…5, R-SRV-14).
+
+Owns: finding a session (hosted, or on disk and resumed on first use), loading it under the
+host's task group (each loaded ``Session`` is entered by a holder task that lives until the
+session is unloaded), starting tasks and compactions (the one-at-a-time check is synchronous,
+so N concurrent requests give exactly one winner), approvals (``ask`` waits for
+``decide``), abort, steering, retry-now, titles, fork, delete, and shutdown (abort every task as
+a user abort would, then close).  Does not: speak HTTP or read pages of traces (``_traces``).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Callable, Sequence
+from contextlib import aclosing
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+import anyio
+import anyio.abc
+import msgspec
+
+from engine import (
+    LLM,
+    AbortSignal,
+    Approval,
+    CompactionSettings,
+    Environment,
+    LocalEnvironment,
+    Session,
+    allow_all,
+    deny_all,
+)
+from engine.llm import DEFAULT_SCRIPT, ScriptedEnvironment, ScriptedLLM
+from eventstore import (
+    DataRoot,
+    OmniMessage,
+    SessionLocked,
+    SessionMetaPayload,
+    ToolCallPayload,
+    encode,
+    iter_trace,
+    validate_id,
+)
+from replay import fork_session, resume_session
+
+from ._channel import Channel
+from ._exceptions import ApiError
+from ._hosted import ApprovalMode, Hosted, Pending
+from ._traces import last_position
+
+__all__ = ["EnvironmentFactory", "LLMFactory", "SessionHost"]
+
+LLMFactory = Callable[[str | None], LLM]
+"""Builds the model of one session; called with the model a client asked for (or ``None``)."""
+EnvironmentFactory = Callable[[LLM, Path], Environment]
+
+log = logging.getLogger("penguin.server")
+
+
+def default_llm(model: str | None) -> LLM:
+    return ScriptedLLM(DEFAULT_SCRIPT)
+
+
+def default_environment(llm: LLM, workspace: Path) -> Environment:
+    if isinstance(llm, ScriptedLLM) and llm.script.tools:
+        return ScriptedEnvironment.from_llm(llm)
+    return LocalEnvironment(workspace)
+
+
+async def _close_llm(llm: Any) -> None:
+    aclose = getattr(llm, "aclose", None)
+    if callable(aclose):
+        with anyio.CancelScope(shield=True):
+            await aclose()
+
+
+class SessionHost:
+    """Hosts sessions of one data root.  Enter it (``async with``) around serving."""
+
+    def __init__(
+        self,
+        root: DataRoot,
+        *,
+        llm_factory: LLMFactory | None = None,
+        environment_factory: EnvironmentFactory | None = None,
+        workspace: Path | None = None,
+        approval: ApprovalMode = "ask",
+        buffer_events: int = 10_000,
+        buffer_bytes: int = 8 * 2**20,
+        on_state: Callable[[Hosted], None] | None = None,
+        on_created: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self.root = root
+        self._llm_factory = llm_factory or default_llm
+        self._env_factory = environment_factory or default_environment
+        self.workspace = workspace or Path.cwd()
+        self.approval: ApprovalMode = approval
+        self._buffer = (buffer_events, buffer_bytes)
+        self._hosted: dict[str, Hosted] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._tg_cm: Any = None
+        self.accepting = True
+        self._on_state = on_state or (lambda h: None)
+        self._on_created = on_created or (lambda sid, source: None)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> SessionHost:
+        self._tg_cm = anyio.create_task_group()
+        self._tg = await self._tg_cm.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        with anyio.CancelScope(shield=True):
+            await self.shutdown()
+        try:
+            return bool(await self._tg_cm.__aexit__(exc_type, exc, tb))
+        finally:
+            self._tg = None
+
+    def begin_shutdown(self) -> None:
+        """Refuse new tasks, abort running ones (as a user abort would), end the streams."""
+        self.accepting = False
+        for h in list(self._hosted.values()):
+            self._abort(h)
+            h.channel.close()
+
+    async def shutdown(self) -> None:
+        """R-SRV-14: stop accepting tasks, abort running ones as a user abort would, close."""
+        self.accepting = False
+        for h in list(self._hosted.values()):
+            self._abort(h)
+        for h in list(self._hosted.values()):
+            await self._unload(h)
+            h.channel.close()
+
+    @property
+    def hosted(self) -> dict[str, Hosted]:
+        return self._hosted
+
+    def _group(self) -> anyio.abc.TaskGroup:
+        if self._tg is None:
+            raise ApiError(503, "not_ready", "the server is not running")
+        return self._tg
+
+    # ------------------------------------------------------------------ finding
+
+    def _new_hosted(self, sid: str, project: str, agent: str, start: tuple[int, int]) -> Hosted:
+        events, size = self._buffer
+        channel = Channel(start, restored=start != (0, 0), max_events=events, max_bytes=size)
+        h = Hosted(sid, project, agent, channel, approval=self.approval)
+        h.position = start
+        self._hosted[sid] = h
+        return h
+
+    async def get(self, session_id: str) -> Hosted:
+        """The hosted session, made from its trace when not in memory (404 when unknown)."""
+        h = self._hosted.get(session_id)
+        if h is not None:
+            return h
+        try:
+            validate_id(session_id, what="session id")
+            loc = self.root.locate(session_id)
+            files = self.root.trace_files(session_id, project=loc.project, agent=loc.agent)
+        except (ValueError, FileNotFoundError, OSError):
+            raise ApiError(404, "session_not_found", "no such session") from None
+        except LookupError:
+            raise ApiError(409, "ambiguous_session", "the id exists under two agents") from None
+        start = await anyio.to_thread.run_sync(last_position, files)
+        h = self._hosted.get(session_id)  # another request may have made it meanwhile
+        if h is not None:
+            return h
+        return self._new_hosted(session_id, loc.project, loc.agent, start)
+
+    # ------------------------------------------------------------------ loading
+
+    async def create(
+        self,
+        *,
+        workspace: Path | None,
+        system_prompt: str,
+        model: str | None,
+        approval: ApprovalMode,
+        compaction: CompactionSettings | None,
+        max_turns: int,
+        project: str = "default_project",
+        agent: str = "default_agent",
+    ) -> Hosted:
+        if not self.accepting:
+            raise ApiError(503, "shutting_down", "the server is shutting down")
+        ws = workspace if workspace is not None else self.workspace
+        if not ws.is_dir():
+            raise ApiError(400, "workspace_not_found", "the workspace does not exist")
+        llm = self._llm_factory(model)
+        try:
+            session = await Session.create(
+                llm=llm,
+                environment=self._env_factory(llm, ws),
+                root=self.root,
+                workspace=ws,
+                system_prompt=system_prompt,
+                project=project,
+                agent=agent,
+                compaction=compaction,
+                max_turns=max_turns,
+            )
+        except (FileNotFoundError, NotADirectoryError):
+            await _close_llm(llm)
+            raise ApiError(400, "workspace_not_found", "the workspace does not exist") from None
+        h = self._new_hosted(session.id, project, agent, (0, 0))
+        h.approval, h.compaction, h.max_turns, h.model = approval, compaction, max_turns, model
+        await self._hold(h, session, llm)
+        self._on_created(h.id, "server")
+        return h
+
+    async def _load(self, h: Hosted) -> Session:
+        if h.session is not None:
+            return h.session
+        async with h.load_lock:
+            if h.session is not None:
+                return h.session
+            files = self.root.trace_files(h.id, project=h.project, agent=h.agent)
+            workspace = await anyio.to_thread.run_sync(_recorded_workspace, files)
+            llm = self._llm_factory(h.model)
+            try:
+                session = await resume_session(
+                    self.root,
+                    h.id,
+                    llm=llm,
+                    environment=self._env_factory(llm, workspace),
+                    project=h.project,
+                    agent=h.agent,
+                    compaction=h.compaction,
+                    max_turns=h.max_turns,
+                )
+            except SessionLocked as exc:
+                await _close_llm(llm)
+                who = f"process {exc.holder_pid}" if exc.holder_pid else "another process"
+                raise ApiError(409, "session_locked", f"the session is held by {who}") from None
+            except (FileNotFoundError, NotADirectoryError) as exc:
+                await _close_llm(llm)
+                raise ApiError(409, "workspace_not_found", str(exc)) from None
+            except BaseException:
+                await _close_llm(llm)
+                raise
+            # Resume may have closed a dangling span: count positions from the file as it is.
+            h.position = await anyio.to_thread.run_sync(
+                last_position,
+                self.root.trace_files(h.id, project=h.project, agent=h.agent),
+            )
+            await self._hold(h, session, llm)
+            return session
+
+    async def _hold(self, h: Hosted, session: Session, llm: LLM) -> None:
+        h.closing, h.closed = anyio.Event(), anyio.Event()
+        if isinstance(llm, ScriptedLLM):
+            llm.bind(session)
+        h.forget_listener = session.add_record_listener(h.on_record)
+        h.session, h.llm = session, llm
+        await self._group().start(self._holder, h, session, llm)
+
+    async def _holder(
+        self,
+        h: Hosted,
+        session: Session,
+        llm: LLM,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        try:
+            async with session:
+                task_status.started()
+                await h.closing.wait()
+        finally:
+            with anyio.CancelScope(shield=True):
+                if h.forget_listener is not None:
+                    h.forget_listener()
+                    h.forget_listener = None
+                h.flush()
+                if h.session is session:
+                    h.session, h.llm = None, None
+                await _close_llm(llm)
+                h.closed.set()
+
+    async def _unload(self, h: Hosted) -> None:
+        if h.session is None:
+            return
+        h.closing.set()
+        with anyio.CancelScope(shield=True):
+            await h.closed.wait()
+
+    # ------------------------------------------------------------------ tasks
+
+    def _claim(self, h: Hosted, kind: Literal["task", "compaction"]) -> None:
+        if not self.accepting:
+            raise ApiError(503, "shutting_down", "the server is shutting down")
+        if h.busy == "task":
+            raise ApiError(409, "task_in_progress", "a task is running in this session")
+        if h.busy == "compaction":
+            raise ApiError(409, "compacting", "the session is compacting")
+        h.busy = kind
+
+    async def start_task(
+        self, h: Hosted, messages: Sequence[OmniMessage], *, thinking_level: str | None
+    ) -> str:
+        self._claim(h, "task")
+        try:
+            session = await self._load(h)
+            if session.broken:
+                raise ApiError(
+                    409, "session_broken", "the session's trace can no longer be written"
+                )
+        except BaseException:
+            h.busy = None
+            raise
+        h.task_seq += 1
+        task_id = f"{h.id}.{h.task_seq}"
+        h.signal = AbortSignal()
+        self._announce(h)
+        self._group().start_soon(self._run_task, h, session, list(messages), thinking_level)
+        return task_id
+
+    async def _run_task(
+        self,
+        h: Hosted,
+        session: Session,
+        messages: list[OmniMessage],
+        thinking_level: str | None,
+    ) -> None:
+        try:
+            stream = session.run(
+                messages,
+                approve=self._approver(h),
+                signal=h.signal,
+                thinking_level=thinking_level,
+            )
+            async with aclosing(stream) as it:
+                async for msg in it:
+                    h.publish(msg)
+        except Exception as exc:
+            log.exception("task of session %s failed", h.id)
+            h.flush()
+            h.server_event("task_error", message=type(exc).__name__)
+        finally:
+            h.flush()
+            self._finish(h)
+
+    def _finish(self, h: Hosted) -> None:
+        h.channel.end_segments()
+        for pending in h.pending.values():
+            pending.decision = "deny"
+            pending.done.set()
+        h.pending.clear()
+        h.busy, h.signal, h.queued_steering = None, None, 0
+        self._announce(h)
+
+    def _announce(self, h: Hosted) -> None:
+        h.announce_state()
+        self._on_state(h)
+
+    def _approver(self, h: Hosted) -> Callable[[OmniMessage], Any]:
+        if h.approval == "allow-all":
+            return allow_all
+        if h.approval == "deny-all":
+            return deny_all
+
+        async def ask(call: OmniMessage) -> Approval:
+            if not isinstance(call.payload, ToolCallPayload):
+                return "deny"
+            await h.wait_published(call)
+            pending = Pending(call)
+            h.pending[pending.tool_call_id] = pending
+            h.server_event(
+                "approval_request", tool_call=msgspec.json.decode(encode(call)), origin=call.origin
+            )
+            self._announce(h)
+            await pending.done.wait()
+            return "allow" if pending.decision == "allow" else "deny"
+
+        return ask
+
+    def decide(self, h: Hosted, tool_call_id: str, decision: str) -> None:
+        pending = h.pending.pop(tool_call_id, None)
+        if pending is None:
+            if tool_call_id in h.decided:
+                raise ApiError(409, "already_decided", "this approval was already decided")
+            raise ApiError(404, "approval_not_found", "no such pending approval")
+        pending.decision = decision
+        h.decided.add(tool_call_id)
+        pending.done.set()
+        self._announce(h)
+
+    def _abort(self, h: Hosted) -> bool:
+        if h.signal is None:
+            return False
+        h.signal.abort()
+        for pending in h.pending.values():
+            pending.decision = "deny"
+            pending.done.set()
+        h.pending.clear()
+        return True
+
+    def abort(self, h: Hosted) -> bool:
+        """Abort the running task or compaction; ``False`` when idle."""
+        return self._abort(h)
+
+    def steer(self, h: Hosted, messages: Sequence[OmniMessage]) -> None:
+        session = h.session
+        if h.busy != "task" or session is None or not session.steer(messages):
+            raise ApiError(409, "not_running", "no task is running in this session")
+        h.queued_steering += 1
+        self._announce(h)
+
+    def retry_now(self, h: Hosted) -> bool:
+        session = h.session
+        return session is not None and session.skip_reconnect_wait()
+
+    # ------------------------------------------------------------------ compaction, title
+
+    async def start_compaction(self, h: Hosted) -> None:
+        self._claim(h, "compaction")
+        try:
+            session = await self._load(h)
+            verdict = session.compactability()
+            if verdict != "ok":
+                raise ApiError(409, verdict, f"the session cannot be compacted now ({verdict})")
+        except BaseException:
+            h.busy = None
+            raise
+        h.signal = AbortSignal()
+        self._announce(h)
+        self._group().start_soon(self._run_compaction, h, session)
+
+    async def _run_compaction(self, h: Hosted, session: Session) -> None:
+        try:
+            await session.compact(signal=h.signal, on_message=h.publish)
+        except Exception:
+            log.exception("compaction of session %s failed", h.id)
+            h.server_event("task_error", message="compaction failed")
+        finally:
+            h.flush()
+            self._finish(h)
+
+    async def title(self, h: Hosted) -> str | None:
+        session = await self._load(h)
+        title = await session.generate_title()
+        if title is not None:
+            h.title = title
+            h.server_event("title", title=title)
+        return title
+
+    # ------------------------------------------------------------------ fork, delete
+
+    async def fork(self, h: Hosted, at: tuple[int, int]) -> str:
+        if h.busy is not None:
+            raise ApiError(409, "task_in_progress", "the session is busy")
+        await self._unload(h)  # our own lock would refuse the fork (R-FORK-5)
+        try:
+            new_id = await anyio.to_thread.run_sync(
+                lambda: fork_session(self.root, h.id, at=at, project=h.project, agent=h.agent)
+            )
+        except SessionLocked as exc:
+            raise ApiError(409, "session_locked", str(exc)) from None
+        except ValueError as exc:
+            raise ApiError(400, "bad_fork_point", str(exc)) from None
+        self._on_created(new_id, "fork")
+        return new_id
+
+    async def delete(self, h: Hosted) -> None:
+        if h.busy is not None:
+            raise ApiError(409, "task_in_progress", "the session is busy")
+        await self._unload(h)
+        try:
+            files = self.root.trace_files(h.id, project=h.project, agent=h.agent)
+        except FileNotFoundError:
+            files = []
+        pad = self.root.scratchpad(h.id, project=h.project, agent=h.agent)
+        for path in files:
+            path.unlink(missing_ok=True)
+        if files:
+            (files[0].parent / f"{h.id}.lock").unlink(missing_ok=True)
+        if pad.is_dir() and not pad.is_symlink():
+            shutil.rmtree(pad, ignore_errors=True)
+        h.channel.close()
+        self._hosted.pop(h.id, None)
+
+
+def _recorded_workspace(files: list[Path]) -> Path:
+    for path in reversed(files):
+        for record in iter_trace(path, report=False):
+            if isinstance(record.payload, SessionMetaPayload):
+                return Path(record.payload.workspace)
+            break
+    raise ApiError(409, "trace_unreadable", "the session has no session_meta record")

@@ -1,0 +1,297 @@
+"""The SQLite index: a catch-up projection of the traces (R-SRV-10, R-SRV-13).
+
+Owns: ``<home>/index.sqlite3`` (WAL): session rows, usage rows (one per ``token_usage``) and
+error rows (one per failed ``request_end``), and a checkpoint per trace file (path, byte offset,
+mtime).  A refresh walks the root; a session any of whose files moved past its checkpoint is
+folded again from its files and its rows replaced in one transaction, so the rows are a pure
+function of the traces: deleting the database and refreshing gives the same rows.  Does not:
+hold any truth of its own, or know what is running (the host overlays live state).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import sqlite3
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Final
+
+from eventstore import (
+    CompactionBeginPayload,
+    CompactionEndPayload,
+    DataRoot,
+    RequestEndPayload,
+    SessionInfo,
+    SessionMetaPayload,
+    TokenUsagePayload,
+    iter_trace,
+)
+from projections import SessionState
+
+__all__ = ["Index"]
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, session TEXT NOT NULL,
+    offset INTEGER NOT NULL, mtime_ns INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, project TEXT, agent TEXT,
+    created TEXT, files INTEGER, records INTEGER, turns INTEGER, last_status TEXT,
+    model TEXT, workspace TEXT, tokens INTEGER, last_active TEXT);
+CREATE TABLE IF NOT EXISTS usage (session TEXT, agent TEXT, model TEXT, kind TEXT,
+    cache_read INTEGER, cache_write INTEGER, output INTEGER, total INTEGER, time TEXT,
+    file INTEGER, ordinal INTEGER);
+CREATE TABLE IF NOT EXISTS errors (session TEXT, status TEXT, message TEXT, time TEXT,
+    file INTEGER, ordinal INTEGER);
+CREATE INDEX IF NOT EXISTS usage_session ON usage(session);
+CREATE INDEX IF NOT EXISTS usage_time ON usage(time);
+CREATE INDEX IF NOT EXISTS errors_session ON errors(session);
+"""
+
+SESSION_COLUMNS: Final = [
+    "id",
+    "project",
+    "agent",
+    "created",
+    "files",
+    "records",
+    "turns",
+    "last_status",
+    "model",
+    "workspace",
+    "tokens",
+    "last_active",
+]
+
+
+class Index:
+    """Thread-safe; every method is blocking (call through ``anyio.to_thread``)."""
+
+    def __init__(self, root: DataRoot, path: Path | None = None) -> None:
+        self.root = root
+        self.path = path or root.home / "index.sqlite3"
+        root.ensure_dir(self.path.parent)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # ------------------------------------------------------------------ catch-up
+
+    def refresh(self) -> list[str]:
+        """Fold what changed since the checkpoints; returns the ids whose rows changed."""
+        infos = self.root.sessions()
+        with self._lock:
+            known = {
+                p: (o, m)
+                for p, o, m in self._db.execute("SELECT path, offset, mtime_ns FROM files")
+            }
+        changed: list[SessionInfo] = []
+        seen: set[str] = set()
+        for info in infos:
+            seen.add(info.session_id)
+            for f in info.files:
+                st = _stat(f)
+                if st is None or known.get(str(f)) != st:
+                    changed.append(info)
+                    break
+            else:
+                if len(info.files) != sum(
+                    1 for p in known if Path(p).name.startswith(info.session_id + "_")
+                ):
+                    changed.append(info)
+        for info in changed:
+            self._refold(info)
+        gone = self._gone(seen)
+        return [i.session_id for i in changed] + gone
+
+    def _gone(self, seen: set[str]) -> list[str]:
+        with self._lock:
+            ids = [r[0] for r in self._db.execute("SELECT id FROM sessions")]
+            gone = [i for i in ids if i not in seen]
+            for sid in gone:
+                self._delete_locked(sid)
+        return gone
+
+    def _delete_locked(self, sid: str) -> None:
+        db = self._db
+        for table, col in (
+            ("sessions", "id"),
+            ("usage", "session"),
+            ("errors", "session"),
+            ("files", "session"),
+        ):
+            db.execute(f"DELETE FROM {table} WHERE {col} = ?", (sid,))
+
+    def _refold(self, info: SessionInfo) -> None:
+        stats = [(f, _stat(f)) for f in info.files]
+        state = SessionState()
+        usage: list[tuple[Any, ...]] = []
+        errors: list[tuple[Any, ...]] = []
+        model, workspace, last_time = "", "", ""
+        for f in info.files:
+            index = _file_index(f)
+            compacting = False
+            for ordinal, rec in enumerate(iter_trace(f, report=False)):
+                state.apply(rec)
+                p = rec.payload
+                last_time = rec.timestamp
+                if isinstance(p, SessionMetaPayload):
+                    model, workspace = p.model_id, p.workspace
+                elif isinstance(p, CompactionBeginPayload):
+                    compacting = True
+                elif isinstance(p, CompactionEndPayload):
+                    compacting = False
+                elif isinstance(p, TokenUsagePayload):
+                    r = p.request
+                    kind = "compaction" if compacting else "turn"
+                    usage.append(
+                        (
+                            info.session_id,
+                            info.agent,
+                            model,
+                            kind,
+                            r.cache_read,
+                            r.cache_write,
+                            r.output,
+                            r.total,
+                            rec.timestamp,
+                            index,
+                            ordinal,
+                        )
+                    )
+                elif isinstance(p, RequestEndPayload) and p.status not in ("completed", "aborted"):
+                    errors.append(
+                        (
+                            info.session_id,
+                            p.status,
+                            p.error_message or "",
+                            rec.timestamp,
+                            index,
+                            ordinal,
+                        )
+                    )
+        row = (
+            info.session_id,
+            info.project,
+            info.agent,
+            info.created.isoformat(),
+            len(info.files),
+            state.records,
+            state.turns_total,
+            state.last_request_status,
+            model,
+            workspace,
+            state.session_tokens.total,
+            last_time,
+        )
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN")
+            try:
+                self._delete_locked(info.session_id)
+                db.execute(f"INSERT INTO sessions VALUES ({','.join('?' * len(row))})", row)
+                db.executemany("INSERT INTO usage VALUES (?,?,?,?,?,?,?,?,?,?,?)", usage)
+                db.executemany("INSERT INTO errors VALUES (?,?,?,?,?,?)", errors)
+                db.executemany(
+                    "INSERT OR REPLACE INTO files VALUES (?,?,?,?)",
+                    [(str(f), info.session_id, st[0], st[1]) for f, st in stats if st is not None],
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+    # ------------------------------------------------------------------ queries
+
+    def session_rows(self) -> list[dict[str, Any]]:
+        with self._lock:
+            cur = self._db.execute(
+                f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions ORDER BY created DESC, id DESC"
+            )
+            return [dict(zip(SESSION_COLUMNS, r, strict=True)) for r in cur]
+
+    def session_row(self, sid: str) -> dict[str, Any] | None:
+        with self._lock:
+            r = self._db.execute(
+                f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE id = ?", (sid,)
+            ).fetchone()
+        return None if r is None else dict(zip(SESSION_COLUMNS, r, strict=True))
+
+    def usage(
+        self, *, start: str | None, end: str | None, group_by: str, session: str | None
+    ) -> list[dict[str, Any]]:
+        key = {
+            "session": "session",
+            "model": "model",
+            "day": "substr(time, 1, 10)",
+            "hour": "substr(time, 1, 13)",
+        }[group_by]
+        where, args = _window(start, end, session)
+        sql = (
+            f"SELECT {key} AS k, COUNT(*), SUM(cache_read), SUM(cache_write), SUM(output), "
+            f"SUM(total) FROM usage {where} GROUP BY k ORDER BY k"
+        )
+        with self._lock:
+            rows = self._db.execute(sql, args).fetchall()
+        return [
+            {"key": k, "requests": n, "cache_read": a, "cache_write": b, "output": c, "total": t}
+            for k, n, a, b, c, t in rows
+        ]
+
+    def usage_rows(self) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self._db.execute(
+                "SELECT * FROM usage ORDER BY session, file, ordinal"
+            ).fetchall()
+
+    def errors(
+        self, *, start: str | None, end: str | None, session: str | None
+    ) -> list[dict[str, Any]]:
+        where, args = _window(start, end, session)
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT session, status, message, time FROM errors {where} ORDER BY time", args
+            ).fetchall()
+        return [{"session": s, "status": st, "message": m, "time": t} for s, st, m, t in rows]
+
+
+def _window(start: str | None, end: str | None, session: str | None) -> tuple[str, list[str]]:
+    clauses: list[str] = []
+    args: list[str] = []
+    if start:
+        clauses.append("time >= ?")
+        args.append(start)
+    if end:
+        clauses.append("time < ?")
+        args.append(end)
+    if session:
+        clauses.append("session = ?")
+        args.append(session)
+    return ("WHERE " + " AND ".join(clauses)) if clauses else "", args
+
+
+def _stat(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+def _file_index(path: Path) -> int:
+    from eventstore import file_index
+
+    return file_index(path) or 0
+
+
+def now_iso() -> str:
+    return _dt.datetime.now().isoformat()
+
+
+def _unused(_: Iterable[Any]) -> None:
+    return None

@@ -1,0 +1,118 @@
+"""Task and control routes (R-SRV-4, R-SRV-5).
+
+Owns: tasks, abort, steer, approvals, retry-now, compact, fork, title: decoding the body,
+turning input parts into messages, calling the host.  Does not: decide concurrency (the host's
+synchronous claim does).
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from eventstore import OmniMessage
+from eventstore import builders as b
+
+from ._bodies import MAX_IMAGE_BYTES, ApprovalBody, ForkBody, Part, SteerBody, TaskBody, read_body
+from ._context import ctx_of, json_response
+from ._exceptions import ApiError
+
+__all__ = ["abort", "approve", "compact", "fork", "retry_now", "steer", "task", "title"]
+
+
+def to_messages(parts: list[Part]) -> list[OmniMessage]:
+    out: list[OmniMessage] = []
+    for i, part in enumerate(parts):
+        if hasattr(part, "text"):
+            out.append(b.user_text(part.text))
+            continue
+        url = part.data_url
+        if not url.startswith("data:image/") or ";base64," not in url[:100]:
+            raise ApiError(
+                400, "invalid_body", f"input[{i}].data_url must be a data:image/…;base64 URL"
+            )
+        if len(url) > MAX_IMAGE_BYTES * 4 // 3 + 100:
+            raise ApiError(413, "image_too_large", f"input[{i}] is larger than 20 MiB")
+        out.append(b.image_url(url))
+    if not out:
+        raise ApiError(400, "invalid_body", "input must hold at least one part (at `$.input`)")
+    return out
+
+
+async def task(request: Request) -> Response:
+    ctx = ctx_of(request)
+    h = await ctx.host.get(request.path_params["id"])
+    body = await read_body(request, TaskBody, limit=ctx.body_limit)
+    if body.goal is not None:
+        raise ApiError(501, "not_implemented", "goal mode is not available in this server yet")
+    msgs = to_messages(body.input)
+    task_id = await ctx.host.start_task(h, msgs, thinking_level=body.thinking_level)
+    return json_response({"task_id": task_id}, 202)
+
+
+async def abort(request: Request) -> Response:
+    ctx = ctx_of(request)
+    h = await ctx.host.get(request.path_params["id"])
+    if ctx.host.abort(h):
+        return json_response({"aborted": True}, 202)
+    return Response(status_code=204)
+
+
+async def steer(request: Request) -> Response:
+    ctx = ctx_of(request)
+    h = await ctx.host.get(request.path_params["id"])
+    body = await read_body(request, SteerBody, limit=ctx.body_limit)
+    ctx.host.steer(h, to_messages(body.input))
+    return json_response({"queued": True}, 202)
+
+
+async def approve(request: Request) -> Response:
+    ctx = ctx_of(request)
+    h = await ctx.host.get(request.path_params["id"])
+    body = await read_body(request, ApprovalBody, limit=ctx.body_limit)
+    ctx.host.decide(h, request.path_params["tool_call_id"], body.decision)
+    return Response(status_code=204)
+
+
+async def retry_now(request: Request) -> Response:
+    ctx = ctx_of(request)
+    h = await ctx.host.get(request.path_params["id"])
+    await _no_body(request, ctx.body_limit)
+    return json_response({"skipped": ctx.host.retry_now(h)})
+
+
+async def compact(request: Request) -> Response:
+    ctx = ctx_of(request)
+    h = await ctx.host.get(request.path_params["id"])
+    await _no_body(request, ctx.body_limit)
+    await ctx.host.start_compaction(h)
+    return json_response({"compacting": True}, 202)
+
+
+async def fork(request: Request) -> Response:
+    ctx = ctx_of(request)
+    h = await ctx.host.get(request.path_params["id"])
+    body = await read_body(request, ForkBody, limit=ctx.body_limit)
+    new_id = await ctx.host.fork(h, (body.at.file, body.at.ordinal))
+    ctx.session_created_event(new_id, "fork")
+    await ctx.refresh_index(max_age=0)
+    child = await ctx.host.get(new_id)
+    indexed = ctx.index.session_row(new_id)
+    return json_response(ctx.row(child, indexed), 201)
+
+
+async def title(request: Request) -> Response:
+    ctx = ctx_of(request)
+    h = await ctx.host.get(request.path_params["id"])
+    await _no_body(request, ctx.body_limit)
+    return json_response({"title": await ctx.host.title(h)})
+
+
+async def _no_body(request: Request, limit: int) -> None:
+    """Routes without a body still refuse a non-JSON one (R-SRV-2)."""
+    from ._bodies import read_raw
+
+    ctype = request.headers.get("content-type")
+    raw = await read_raw(request, limit=limit)
+    if raw.strip() and (ctype is None or ctype.split(";")[0].strip().lower() != "application/json"):
+        raise ApiError(415, "unsupported_media_type", "write bodies must be application/json")

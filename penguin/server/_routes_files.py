@@ -1,0 +1,235 @@
+"""Trace, scratchpad, usage and login routes (R-SRV-1, R-SRV-10/11/12).
+
+Owns: those handlers, and keeping every path they serve inside the session's own directories
+(names with ``..``, absolute paths, NUL and symlinks that leave are 404).  Does not: write
+traces.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Final
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response
+
+from eventstore import Diagnostic, encode, scan_trace
+
+from ._auth import COOKIE
+from ._bodies import LoginBody, read_body
+from ._context import ctx_of, error_response, json_response
+from ._exceptions import ApiError
+from ._hosted import Hosted
+from ._traces import indexed_files
+
+__all__ = [
+    "context_at",
+    "import_trace",
+    "login",
+    "logout",
+    "scratchpad",
+    "trace_page",
+    "trace_raw",
+    "traces",
+    "usage",
+    "usage_errors",
+]
+
+_INLINE: Final = {
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".gif": "image/gif",
+    ".webp": "image/webp",
+}
+
+
+def _files(request: Request, h: Hosted) -> list[tuple[int, Path]]:
+    try:
+        return indexed_files(
+            ctx_of(request).root.trace_files(h.id, project=h.project, agent=h.agent)
+        )
+    except FileNotFoundError:
+        return []
+
+
+def _file(request: Request, h: Hosted) -> Path:
+    raw = request.path_params["n"]
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ApiError(404, "file_not_found", "no such trace file") from None
+    for i, p in _files(request, h):
+        if i == n:
+            return p
+    raise ApiError(404, "file_not_found", "no such trace file")
+
+
+async def traces(request: Request) -> Response:
+    ctx = ctx_of(request)
+    h = await ctx.host.get(request.path_params["id"])
+    files = _files(request, h)
+
+    def describe() -> list[dict[str, object]]:
+        out: list[dict[str, object]] = []
+        for i, (index, path) in enumerate(files):
+            records = sum(1 for item in scan_trace(path) if not isinstance(item, Diagnostic))
+            out.append(
+                {
+                    "index": index,
+                    "name": path.name,
+                    "size": path.stat().st_size,
+                    "records": records,
+                    "closed": i < len(files) - 1,
+                }
+            )
+        return out
+
+    return json_response({"files": await anyio.to_thread.run_sync(describe)})
+
+
+async def trace_page(request: Request) -> Response:
+    ctx = ctx_of(request)
+    h = await ctx.host.get(request.path_params["id"])
+    path = _file(request, h)
+    try:
+        offset = int(request.query_params.get("offset", "0"))
+        limit = int(request.query_params.get("limit", "500"))
+    except ValueError:
+        raise ApiError(400, "invalid_query", "offset and limit must be integers") from None
+    if offset < 0 or not 1 <= limit <= 10_000:
+        raise ApiError(400, "invalid_query", "offset >= 0 and limit 1..10000")
+
+    def page() -> bytes:
+        records: list[bytes] = []
+        diags: list[bytes] = []
+        ordinal = 0
+        for item in scan_trace(path):
+            if isinstance(item, Diagnostic):
+                diags.append(b'{"line":%d,"kind":"%s"}' % (item.line, item.kind.encode()))
+                continue
+            line, rec = item
+            if offset <= ordinal < offset + limit:
+                records.append(
+                    b'{"ordinal":%d,"line":%d,"record":%s}' % (ordinal, line, encode(rec))
+                )
+            ordinal += 1
+        return b'{"records":[%s],"total":%d,"diagnostics":[%s]}' % (
+            b",".join(records),
+            ordinal,
+            b",".join(diags),
+        )
+
+    return Response(await anyio.to_thread.run_sync(page), media_type="application/json")
+
+
+async def trace_raw(request: Request) -> Response:
+    ctx = ctx_of(request)
+    h = await ctx.host.get(request.path_params["id"])
+    path = _file(request, h)
+    return FileResponse(
+        path,
+        media_type="application/x-ndjson",
+        filename=path.name,
+        headers={"x-content-type-options": "nosniff"},
+    )
+
+
+async def context_at(request: Request) -> Response:
+    ctx = ctx_of(request)
+    await ctx.host.get(request.path_params["id"])
+    return error_response(
+        501, "not_implemented", "time travel (replay.request_at) has not landed yet"
+    )
+
+
+async def import_trace(request: Request) -> Response:
+    return error_response(
+        501, "not_implemented", "trace import (replay.import_trace) has not landed yet"
+    )
+
+
+async def scratchpad(request: Request) -> Response:
+    ctx = ctx_of(request)
+    h = await ctx.host.get(request.path_params["id"])
+    name = request.path_params["name"]
+    pad = ctx.root.scratchpad(h.id, project=h.project, agent=h.agent)
+    target = _inside(pad, name)
+    ctype = _INLINE.get(target.suffix.lower())
+    headers = {"x-content-type-options": "nosniff"}
+    if ctype is not None:
+        return FileResponse(
+            target, media_type=ctype, headers=headers, content_disposition_type="inline"
+        )
+    return FileResponse(
+        target, media_type="application/octet-stream", filename=target.name, headers=headers
+    )
+
+
+def _inside(base: Path, name: str) -> Path:
+    missing = ApiError(404, "file_not_found", "no such file")
+    if not name or "\x00" in name or name.startswith(("/", "\\")) or ".." in Path(name).parts:
+        raise missing
+    try:
+        real_base = base.resolve(strict=True)
+        target = (base / name).resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise missing from None
+    if real_base not in target.parents or not target.is_file():
+        raise missing
+    return target
+
+
+async def usage(request: Request) -> Response:
+    ctx = ctx_of(request)
+    q = request.query_params
+    group = q.get("group_by", "session")
+    if group not in ("session", "model", "day", "hour"):
+        raise ApiError(400, "invalid_query", "group_by must be session, model, day or hour")
+    await ctx.refresh_index()
+    rows = await anyio.to_thread.run_sync(
+        lambda: ctx.index.usage(
+            start=q.get("from"), end=q.get("to"), group_by=group, session=q.get("session")
+        )
+    )
+    return json_response({"group_by": group, "rows": rows})
+
+
+async def usage_errors(request: Request) -> Response:
+    ctx = ctx_of(request)
+    q = request.query_params
+    await ctx.refresh_index()
+    rows = await anyio.to_thread.run_sync(
+        lambda: ctx.index.errors(start=q.get("from"), end=q.get("to"), session=q.get("session"))
+    )
+    return json_response({"errors": rows})
+
+
+async def login(request: Request) -> Response:
+    ctx = ctx_of(request)
+    body = await read_body(request, LoginBody, limit=64 * 1024)
+    import hmac
+
+    if not hmac.compare_digest(body.token.encode("utf-8", "replace"), ctx.token.encode()):
+        raise ApiError(401, "unauthorized", "wrong token")
+    response = Response(status_code=204)
+    response.set_cookie(
+        COOKIE,
+        ctx.token,
+        httponly=True,
+        samesite="strict",
+        path="/",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+async def logout(request: Request) -> Response:
+    response = Response(status_code=204)
+    response.delete_cookie(COOKIE, path="/")
+    return response
+
+
+_ = os

@@ -1,0 +1,239 @@
+"""Session routes: list, create, get, delete, history, the streams (R-SRV-3, R-SRV-6/7/8/9).
+
+Owns: those handlers.  Does not: hold state (``SessionHost``) or decide a replay (``Channel``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+
+from engine import CompactionSettings, Session
+from eventstore import encode
+
+from ._bodies import CreateSessionBody, read_body
+from ._channel import Event, ReplayPlan, parse_id, unnumbered
+from ._context import as_json, ctx_of, json_response
+from ._exceptions import ApiError
+from ._hosted import Hosted
+from ._sse import SSEResponse
+from ._traces import indexed_files, records_between, records_of
+
+__all__ = [
+    "create_session",
+    "delete_session",
+    "get_session",
+    "list_sessions",
+    "messages",
+    "stream",
+    "user_events",
+]
+
+_json = msgspec.json.Encoder()
+
+
+def _compaction(body: CreateSessionBody) -> CompactionSettings | None:
+    c = body.compaction
+    if c is False:
+        return None
+    if c is None or c is True:
+        return Session.DEFAULT_COMPACTION
+    options = {k: v for k, v in msgspec.structs.asdict(c).items() if v is not None}
+    return CompactionSettings(**options)
+
+
+def _cursor(request: Request) -> tuple[int, int]:
+    try:
+        limit = int(request.query_params.get("limit", "50"))
+        start = int(request.query_params.get("cursor", "0") or 0)
+    except ValueError:
+        raise ApiError(400, "invalid_query", "limit and cursor must be integers") from None
+    if not 1 <= limit <= 1000 or start < 0:
+        raise ApiError(400, "invalid_query", "limit must be 1..1000 and cursor >= 0")
+    return limit, start
+
+
+async def list_sessions(request: Request) -> Response:
+    ctx = ctx_of(request)
+    limit, start = _cursor(request)
+    await ctx.refresh_index()
+    rows = await anyio.to_thread.run_sync(ctx.index.session_rows)
+    seen = {r["id"] for r in rows}
+    hosted = ctx.host.hosted
+    # Sessions created here and not written yet live only in memory.
+    fresh = [ctx.row(h, None) for sid, h in hosted.items() if sid not in seen]
+    fresh.sort(key=lambda r: r["id"], reverse=True)
+    all_rows = fresh + [ctx.row(hosted.get(r["id"]), r) for r in rows]
+    page = all_rows[start : start + limit]
+    nxt = start + limit if start + limit < len(all_rows) else None
+    return json_response({"sessions": page, "next_cursor": None if nxt is None else str(nxt)})
+
+
+async def create_session(request: Request) -> Response:
+    ctx = ctx_of(request)
+    body = await read_body(request, CreateSessionBody, limit=ctx.body_limit, optional=True)
+    if body.max_turns is not None and body.max_turns < 1:
+        raise ApiError(400, "invalid_body", "max_turns must be at least 1 (at `$.max_turns`)")
+    try:
+        compaction = _compaction(body)
+    except ValueError as exc:
+        raise ApiError(400, "invalid_body", f"invalid compaction settings: {exc}") from None
+    h = await ctx.host.create(
+        workspace=Path(body.workspace) if body.workspace else None,
+        system_prompt=body.system_prompt or "",
+        model=body.model,
+        approval=body.approval or ctx.host.approval,
+        compaction=compaction,
+        max_turns=body.max_turns or 100,
+    )
+    ctx.session_created_event(h.id, "server")
+    return json_response(ctx.row(h, None), 201)
+
+
+async def get_session(request: Request) -> Response:
+    ctx = ctx_of(request)
+    h = await ctx.host.get(request.path_params["id"])
+    await ctx.refresh_index()
+    indexed = await anyio.to_thread.run_sync(ctx.index.session_row, h.id)
+    row = ctx.row(h, indexed)
+    session = h.session
+    if session is not None:
+        ctxt = session.context
+        row.update(
+            trace_path=str(session.trace_path),
+            context={"turns": session.state.turns_in_context, "messages": len(ctxt.history)},
+            carry_over=_carry(ctxt),
+            compactability=session.compactability(),
+        )
+    else:
+        try:
+            files = ctx.root.trace_files(h.id, project=h.project, agent=h.agent)
+            row["trace_path"] = str(files[-1])
+        except FileNotFoundError:
+            row["trace_path"] = None
+    row["pending_approvals"] = [p.tool_call_id for p in h.pending.values()]
+    row["goal"] = None
+    return json_response(row)
+
+
+def _carry(ctxt: Any) -> bool:
+    return bool(ctxt.pending)
+
+
+async def delete_session(request: Request) -> Response:
+    ctx = ctx_of(request)
+    h = await ctx.host.get(request.path_params["id"])
+    await ctx.host.delete(h)
+    await anyio.to_thread.run_sync(ctx.index.refresh)
+    return Response(status_code=204)
+
+
+async def messages(request: Request) -> Response:
+    """R-SRV-6: history of one file with positions, plus ``live`` captured at the same step."""
+    ctx = ctx_of(request)
+    h = await ctx.host.get(request.path_params["id"])
+    # Captured synchronously: history is cut at the last published record, fragments and cursor
+    # describe the events up to the same point.
+    upto = h.channel.last_record
+    live = (
+        {"cursor": h.channel.cursor, "fragments": h.channel.fragments()}
+        if h.busy is not None
+        else None
+    )
+    try:
+        files = indexed_files(ctx.root.trace_files(h.id, project=h.project, agent=h.agent))
+    except FileNotFoundError:
+        files = []
+    wanted = request.query_params.get("file")
+    if wanted is not None:
+        try:
+            index = int(wanted)
+        except ValueError:
+            raise ApiError(400, "invalid_query", "file must be an integer") from None
+    else:
+        index = upto[0] if upto != (0, 0) else (files[-1][0] if files else 0)
+    path = next((p for i, p in files if i == index), None)
+    if path is None and files:
+        raise ApiError(404, "file_not_found", "no such trace file")
+    recs = await anyio.to_thread.run_sync(records_of, path) if path is not None else []
+    parts: list[bytes] = []
+    for ordinal, rec in enumerate(recs):
+        if (index, ordinal) > upto and upto != (0, 0):
+            break
+        parts.append(
+            b'{"position":{"file":%d,"ordinal":%d},"message":%s}' % (index, ordinal, encode(rec))
+        )
+    body = b'{"file":%d,"files":[%s],"messages":[%s],"live":%s}' % (
+        index,
+        b",".join(b"%d" % i for i, _ in files),
+        b",".join(parts),
+        _json.encode(live),
+    )
+    return Response(body, media_type="application/json")
+
+
+def _snapshot(h: Hosted) -> list[bytes]:
+    out = [unnumbered("server", _json.encode(h.task_state_data()))]
+    for p in h.pending.values():
+        data = {"type": "approval_request", "tool_call": as_json(p.call), "origin": p.call.origin}
+        out.append(unnumbered("server", _json.encode(data)))
+    return out
+
+
+async def stream(request: Request) -> Response:
+    ctx = ctx_of(request)
+    h = await ctx.host.get(request.path_params["id"])
+    last = parse_id(
+        request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+    )
+    sub, missed = h.channel.subscribe(last)
+    snapshot = _snapshot(h)
+
+    async def prelude() -> list[bytes]:
+        if isinstance(missed, list):
+            return [e.wire for e in missed] + snapshot
+        return await _from_trace(ctx.root, h, missed) + snapshot
+
+    return SSEResponse(h.channel, sub, prelude)
+
+
+async def _from_trace(root: Any, h: Hosted, plan: ReplayPlan) -> list[bytes]:
+    files = root.trace_files(h.id, project=h.project, agent=h.agent)
+
+    def read() -> list[bytes]:
+        return [
+            Event((f, o, 0), None, encode(rec), True).wire
+            for f, o, rec in records_between(files, plan.after, plan.upto)
+        ]
+
+    out = await anyio.to_thread.run_sync(read)
+    out.extend(e.wire for e in plan.buffered)
+    if plan.resync:
+        out.append(unnumbered("server", b'{"type":"resync_required","fragments":true}'))
+    return out
+
+
+async def user_events(request: Request) -> Response:
+    ctx = ctx_of(request)
+    last = parse_id(request.headers.get("last-event-id"))
+    sub, missed = ctx.events.subscribe(last)
+    snapshot = [
+        unnumbered(
+            "server",
+            _json.encode({"type": "session_state", "id": h.id, "state": h.state}),
+        )
+        for h in ctx.host.hosted.values()
+        if h.state != "idle"
+    ]
+
+    async def prelude() -> list[bytes]:
+        if isinstance(missed, list):
+            return [e.wire for e in missed] + snapshot
+        return [*(e.wire for e in missed.buffered), *snapshot]
+
+    return SSEResponse(ctx.events, sub, prelude)

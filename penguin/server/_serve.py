@@ -1,0 +1,96 @@
+"""Running the app under uvicorn (``penguin serve``, R-SRV-1, R-SRV-14).
+
+Owns: refusing a public bind without an explicit token, printing the login URL, and SIGTERM:
+stop accepting tasks, abort running ones as a user abort would, end the streams, exit 0 within
+10 s.  Does not: build the app (``create_app``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import uvicorn
+
+from eventstore import DataRoot
+
+from ._app import create_app
+from ._context import ServerContext
+from ._exceptions import ServerError
+from ._host import EnvironmentFactory, LLMFactory
+from ._hosted import ApprovalMode
+
+__all__ = ["serve"]
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class _Server(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, ctx: ServerContext) -> None:
+        super().__init__(config)
+        self._ctx = ctx
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        # Runs between bytecodes of the loop's thread: hand the work to the loop itself.
+        loop = self._ctx.loop
+        if loop is not None and not self.should_exit:
+            loop.call_soon_threadsafe(self._ctx.begin_shutdown)
+        super().handle_exit(sig, frame)
+
+
+def serve(
+    root: DataRoot | str | Path | None = None,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 7364,
+    token: str | None = None,
+    llm_factory: LLMFactory | None = None,
+    environment_factory: EnvironmentFactory | None = None,
+    workspace: str | Path | None = None,
+    approval: ApprovalMode = "ask",
+    log_level: str = "warning",
+    announce: Any = None,
+) -> None:
+    """Serve until SIGINT/SIGTERM.  ``announce(url)`` is called with the login URL."""
+    if not _loopback(host) and not token:
+        raise ServerError(
+            f"refusing to bind {host} (not a loopback address) without an explicit --token"
+        )
+    app = create_app(
+        root,
+        token=token,
+        llm_factory=llm_factory,
+        environment_factory=environment_factory,
+        workspace=workspace,
+        approval=approval,
+    )
+    ctx: ServerContext = app.state.penguin
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{port}/#token={ctx.token}"
+    if announce is None:
+        print(f"penguin serve: listening on http://{shown}:{port}", file=sys.stderr, flush=True)
+        print(f"penguin serve: open {url}", file=sys.stderr, flush=True)
+    else:
+        announce(url)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+        access_log=False,
+    )
+    server = _Server(config, ctx)
+    asyncio.run(server.serve())

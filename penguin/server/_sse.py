@@ -1,0 +1,95 @@
+"""Server-Sent Events responses (R-SRV-7/8/9).
+
+Owns: one subscriber's response: the replay (from the buffer, or records read from the trace
+then the buffered tail and ``resync_required``), the snapshot, then live events with a comment
+heartbeat every 15 s; the subscription ends with the connection.  Does not: decide the replay
+(``Channel.subscribe``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import anyio
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from ._channel import Channel, Event, Subscriber
+
+__all__ = ["SSEResponse"]
+
+HEARTBEAT_S: Final = 15.0
+_BATCH: Final = 256
+_HEADERS: Final = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+    (b"x-content-type-options", b"nosniff"),
+]
+
+
+class SSEResponse(Response):
+    """``prelude`` produces what the subscriber missed plus the snapshot, as wire bytes.
+    (A ``Response`` only for the route's type; it speaks ASGI itself.)"""
+
+    def __init__(
+        self,
+        channel: Channel,
+        sub: Subscriber,
+        prelude: Callable[[], Awaitable[list[bytes]]],
+        *,
+        heartbeat_s: float = HEARTBEAT_S,
+    ) -> None:
+        self.status_code = 200
+        self.background = None
+        self._channel = channel
+        self._sub = sub
+        self._prelude = prelude
+        self._heartbeat = heartbeat_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._watch, receive, tg.cancel_scope)
+                await self._pump(send)
+                tg.cancel_scope.cancel()
+        except OSError:
+            pass  # the client went away mid-write
+        finally:
+            self._channel.unsubscribe(self._sub)
+
+    async def _watch(self, receive: Receive, scope: anyio.CancelScope) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                scope.cancel()
+                return
+
+    async def _pump(self, send: Send) -> None:
+        body = b"".join(await self._prelude())
+        await _chunk(send, body or b": connected\n\n")
+        receive = self._sub.receive
+        while True:
+            first: Event | None = None
+            with anyio.move_on_after(self._heartbeat):
+                try:
+                    first = await receive.receive()
+                except anyio.EndOfStream:
+                    return  # dropped (too slow) or closed: the client reconnects
+            if first is None:
+                await _chunk(send, b": heartbeat\n\n")
+                continue
+            batch = [first.wire]
+            while len(batch) < _BATCH:
+                try:
+                    batch.append(receive.receive_nowait().wire)
+                except (anyio.WouldBlock, anyio.EndOfStream):
+                    break
+            await _chunk(send, b"".join(batch))
+
+
+async def _chunk(send: Send, body: bytes) -> None:
+    message: dict[str, Any] = {"type": "http.response.body", "body": body, "more_body": True}
+    await send(message)

@@ -1,0 +1,32 @@
+"""Following traces written by other processes (R-SRV-13: rows within 2 s).
+
+Owns: the ``watchfiles`` loop over the data root that catches the index up after changes to
+``.jsonl`` files.  Does not: fold (``Index.refresh``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+from watchfiles import awatch
+
+from ._context import ServerContext
+
+__all__ = ["watch_traces"]
+
+log = logging.getLogger("penguin.server")
+
+
+def _is_trace(change: object, path: str) -> bool:
+    return path.endswith(".jsonl")
+
+
+async def watch_traces(ctx: ServerContext) -> None:
+    ctx.root.ensure_dir(ctx.root.home)
+    async for _changes in awatch(ctx.root.home, watch_filter=_is_trace, debounce=200, step=50):
+        try:
+            await ctx.refresh_index(max_age=0)
+        except Exception:
+            log.exception("index refresh failed")
+        await anyio.lowlevel.checkpoint()
