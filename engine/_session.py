@@ -533,7 +533,10 @@ class Session:
             self._broken = str(cause)
         run.signal.abort()
         msg = b.abort(reason)
-        if self._head_only:
+        if not self._meta_written:
+            # R-TRACE-5: no file may hold an abort without its session_meta.
+            pass
+        elif self._head_only:
             # A failure right after a rotation: the new file is still crash residue that resume
             # skips (R-ROOT-10), which keeps the compacted context and its summary.  An abort
             # written there would make it a context of its own and lose the summary.
@@ -541,6 +544,10 @@ class Session:
         elif not failure.fatal:
             try:
                 self.record(msg)
+                # R-TRACE-15a: the writer still works, so the spans the failure left open are
+                # closed now, as resume would close them, and the next run starts outside them.
+                for closure in self._ctx.closure_records():
+                    self.record(closure)
             except _WriteFailed as second:
                 if second.fatal:
                     self._broken = str(second.cause)
@@ -976,19 +983,46 @@ class Session:
         run = _Run(
             send=send, signal=internal, approve=None, thinking_level=None, consumer_gone=True
         )
+        status: list[str] = []
+        assert self._tg is not None
+        # The compaction runs in the session's task group, as a run's driver does, so that a
+        # cancelled caller ends it exactly like an abort (R-COMPACT-26, R-COMPACT-18).
+        self._tg.start_soon(self._drive_compaction, run, on_message, status)
         try:
-            try:
-                return await self._compactor.manual(run, on_message)
-            except _WriteFailed as failure:
-                self._end_by_write_failure(run, failure)
-                return "failed"
+            await run.done.wait()
         except BaseException:
             internal.abort()
+            with anyio.CancelScope(shield=True):
+                await run.done.wait()
             raise
         finally:
             forget()
+        if run.error is not None:
+            raise run.error
+        return status[0]
+
+    async def _drive_compaction(
+        self,
+        run: _Run,
+        on_message: Callable[[OmniMessage], None] | None,
+        status: list[str],
+    ) -> None:
+        try:
+            status.append(await self._compactor.manual(run, on_message))
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as exc:
+            failure = _first_write_failure(exc)
+            if failure is None:
+                run.error = exc
+            else:
+                # R-TRACE-15/15a/17 as in run(); the caller gets the store's error.
+                self._end_by_write_failure(run, failure)
+                run.error = failure.cause
+        finally:
             self._busy = False
-            send.close()
+            run.send.close()
+            run.done.set()
             if self._broken is not None:
                 self._close_writer()
 

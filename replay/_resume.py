@@ -27,9 +27,7 @@ from eventstore import (
     UnknownPayload,
     iter_trace,
 )
-from eventstore import builders as b
 from projections import ModelContext, SessionState
-from projections import markers as mk
 
 __all__ = ["load_session", "resume_session"]
 
@@ -154,7 +152,7 @@ async def resume_session(
             raise FileNotFoundError(f"workspace does not exist: {ws}")
         if not await ws.is_dir():
             raise NotADirectoryError(f"workspace is not a directory: {ws}")
-        for closure in _closures(ctx):
+        for closure in ctx.closure_records():  # R-RESUME-14a, R-RESUME-14
             writer.append(closure)
             ctx.apply(closure)
             state.apply(closure)
@@ -182,30 +180,3 @@ async def resume_session(
     )
     del files
     return session
-
-
-def _closures(ctx: ModelContext) -> list[OmniMessage]:
-    """R-RESUME-14a then R-RESUME-14: close what a crash left open."""
-    out: list[OmniMessage] = []
-    if ctx.open_request:
-        completed = ctx.open_request_usage
-        attempt = ctx.open_attempt
-        if completed:
-            out.append(b.request_end("completed", attempt=attempt if attempt > 1 else None))
-        else:
-            out.append(
-                b.request_end("aborted", error_message=mk.REQUEST_CLOSURE_ERROR, attempt=attempt)
-            )
-    dangling = ctx.dangling_compaction
-    if dangling is not None:
-        reason, mode = dangling
-        out.append(
-            b.compaction_end(
-                reason,
-                mode,
-                "failed",
-                attempt=ctx.compaction_requests or None,
-                error_message=mk.COMPACTION_CLOSURE_ERROR,
-            )
-        )
-    return out

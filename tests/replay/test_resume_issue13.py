@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from enginekit import Env, check_trace, collect, make_env, make_session
+from enginekit import Env, WriteFault, check_trace, collect, make_env, make_session
 
 from engine import AbortSignal, CompactionSettings, LLMRequest, RetryPolicy, Session, allow_all
 from engine.llm import ScriptedEnvironment, ScriptedLLM
@@ -81,13 +81,23 @@ async def resume(env: Env, sid: str, responses: list[Any], **kw: Any) -> tuple[S
 
 
 async def first_request_after_resume(
-    env: Env, sid: str, prompt: str | OmniMessage = "next", responses: list[Any] | None = None
+    env: Env,
+    sid: str,
+    prompt: str | OmniMessage = "next",
+    responses: list[Any] | None = None,
+    *,
+    damaged: bool = False,
 ) -> list[LLMRequest]:
     session, llm = await resume(env, sid, responses or [[{"text": "fine"}]])
     message = b.user_text(prompt) if isinstance(prompt, str) else prompt
     async with session:
         await collect(session.run([message], approve=allow_all))
-        check_trace(session)
+        if damaged:  # the validator reports the lost line; the folds must still agree
+            records = session_records(env, sid)
+            assert ModelContext.from_records(records) == session.context
+            assert SessionState.from_records(records) == session.state
+        else:
+            check_trace(session)
     return list(llm.requests)
 
 
@@ -278,3 +288,298 @@ def files_of(env: Env, sid: str) -> list[Path]:
 
 def validator_errors(env: Env, sid: str) -> list[str]:
     return [str(f) for f in validate_session(files_of(env, sid)) if f.severity == "error"]
+
+
+# --------------------------------------------------------------------------- case 5
+
+
+def copy_session(env: Env, sid: str, stop: Any) -> str:
+    """A new session whose file holds ``sid``'s records before the first one ``stop`` picks."""
+    records = session_records(env, sid)
+    cut = next(i for i, r in enumerate(records) if i > 0 and stop(r))
+    return craft(env, records[1:cut])
+
+
+def is_user_text(text: str) -> Any:
+    def pick(msg: OmniMessage) -> bool:
+        p = msg.payload
+        return isinstance(p, TextPayload) and p.role == "user" and p.text == text
+
+    return pick
+
+
+async def test_case5_record_too_large_closes_its_span_live(env: Env) -> None:
+    """R-TRACE-15a (amended), R-TRACE-17, R-RESUME-18: a record over the size limit inside a
+    request span; the live session appends the closure resume would append, right after the
+    abort, so its next run sends [[turn_aborted]{hi}, task2] like the resumed one."""
+    script = [[{"text": "huge"}], [{"text": "fine"}]]
+    session, llm = await make_session(env, {"responses": script, "tools": TOOLS})
+    # meta, hi, tool_list_ready, request_begin, then the assistant text fails.
+    fault = WriteFault(4, "too_large").install(session)
+    async with session:
+        first = await collect(session.run([b.user_text("hi")], approve=allow_all))
+        assert fault.fired
+        assert _tag(first[-1]) == "abort"
+        assert not session.broken
+        task2 = b.user_text("task2")
+        await collect(session.run([task2], approve=allow_all))
+        check_trace(session)
+    records = session_records(env, session.id)
+    kinds = [_tag(r) for r in records[3:6]]
+    assert kinds == ["request_begin", "abort", "request_end"]
+    live = llm.requests[1]
+    block = mk.transcript_block("turn_aborted", [mk.line_user_input("hi")])
+    assert [body(m) for m in live.messages] == [block, "task2"]
+    sid = copy_session(env, session.id, is_user_text("task2"))
+    (resumed,) = await first_request_after_resume(env, sid, task2)
+    assert resumed.messages == live.messages
+
+
+# --------------------------------------------------------------------------- case 6
+
+
+class Started:
+    """A ScriptedLLM that reports each request it receives (to cancel at a known point)."""
+
+    provider = "scripted"
+    model_id = "script"
+    vision = True
+
+    def __init__(self, script: Any) -> None:
+        import anyio
+
+        self.inner = ScriptedLLM(script)
+        self.requests = self.inner.requests
+        self.started: list[Any] = [anyio.Event() for _ in range(8)]
+
+    def bind(self, session: Session) -> None:
+        self.inner.bind(session)
+
+    def stream(self, request: LLMRequest) -> Any:
+        self.started[len(self.inner.requests)].set()
+        return self.inner.stream(request)
+
+
+async def test_case6_cancelled_compact_writes_compaction_end_aborted(env: Env) -> None:
+    """R-COMPACT-26, R-COMPACT-18: cancelling the task that awaits compact() is recorded as an
+    abort (request_end and compaction_end{aborted}) and re-raised; the next run does not re-send
+    the compaction prompt, exactly as a resumed session would not."""
+    import anyio
+
+    script = [[{"text": "done"}], [{"sleep_ms": 60_000}, {"text": "[summary]S[/summary]"}]]
+    script.append([{"text": "fine"}])
+    llm = Started({"responses": script, "tools": TOOLS})
+    session = await Session.create(
+        llm=llm,
+        environment=ScriptedEnvironment.from_llm(llm.inner),
+        root=env.root,
+        workspace=env.workspace,
+        compaction=CompactionSettings(prompt=PROMPT),
+    )
+    llm.bind(session)
+    cancelled = False
+    async with session:
+        await collect(session.run([b.user_text("hi")], approve=allow_all))
+        async with anyio.create_task_group() as tg:
+            scope = anyio.CancelScope()
+
+            async def compact() -> None:
+                nonlocal cancelled
+                with scope:
+                    await session.compact()
+                cancelled = scope.cancelled_caught
+
+            tg.start_soon(compact)
+            await llm.started[1].wait()
+            scope.cancel()
+        assert cancelled
+        assert session.state.open_compaction is None
+        nxt = b.user_text("next")
+        await collect(session.run([nxt], approve=allow_all))
+        check_trace(session)
+    records = session_records(env, session.id)
+    ends = [r.payload for r in records if _tag(r) == "compaction_end"]
+    assert [(e.status, e.attempt) for e in ends] == [("aborted", 1)]  # type: ignore[attr-defined]
+    live = llm.requests[2]
+    assert PROMPT not in [body(m) for m in live.messages]
+    sid = copy_session(env, session.id, is_user_text("next"))
+    (resumed,) = await first_request_after_resume(env, sid, nxt)
+    assert resumed.messages == live.messages
+
+
+# --------------------------------------------------------------------------- case 7
+
+
+async def _compact_with_fault(env: Env, kind: str, at: int) -> tuple[Session, Any, Any]:
+    script = [[{"text": "done"}], [{"text": "[summary]S[/summary]"}], [{"text": "fine"}]]
+    session, llm = await make_session(
+        env, {"responses": script, "tools": TOOLS}, compaction=CompactionSettings(prompt=PROMPT)
+    )
+    fault = WriteFault(at, kind).install(session)
+    raised: BaseException | None = None
+    async with session:
+        await collect(session.run([b.user_text("hi")], approve=allow_all))
+        try:
+            await session.compact()
+        except BaseException as exc:
+            raised = exc
+        assert fault.fired
+        if not session.broken:
+            nxt = b.user_text("next")
+            await collect(session.run([nxt], approve=allow_all))
+            check_trace(session)
+    return session, llm, raised
+
+
+# First run: meta, hi, tool_list_ready, request_begin, text, token_usage, request_end (0-6);
+# compaction: compaction_begin (7), prompt (8), request_begin (9), text (10).
+@pytest.mark.parametrize("at", [8, 10])
+async def test_case7_compact_write_failure_is_fail_stop(env: Env, at: int) -> None:
+    """R-TRACE-15, R-TRACE-15a in compact(): an ENOSPC ends it with an abort, breaks the
+    session, and the caller gets the store's TraceWriteError, not an exception group."""
+    from eventstore import TraceWriteError
+
+    session, _llm, raised = await _compact_with_fault(env, "enospc", at)
+    assert isinstance(raised, TraceWriteError), repr(raised)
+    assert session.broken
+    records = session_records(env, session.id)
+    assert _tag(records[-1]) == "abort"
+    assert validator_errors(env, session.id) == []
+    # A resume closes the spans the failure left open and the session goes on.
+    resumed_session, llm2 = await resume(env, session.id, [[{"text": "fine"}]])
+    async with resumed_session:
+        await collect(resumed_session.run([b.user_text("next")], approve=allow_all))
+        check_trace(resumed_session)
+    assert PROMPT not in [body(m) for m in llm2.requests[0].messages]
+
+
+@pytest.mark.parametrize("at", [8, 10])
+async def test_case7_compact_record_too_large_closes_spans(env: Env, at: int) -> None:
+    """R-TRACE-17, R-TRACE-15a in compact(): RecordTooLarge is raised to the caller, the abort
+    and the closures are written, the session stays usable and its next request equals the
+    resumed one (R-RESUME-18)."""
+    from eventstore import RecordTooLarge
+
+    session, llm, raised = await _compact_with_fault(env, "too_large", at)
+    assert isinstance(raised, RecordTooLarge), repr(raised)
+    assert not session.broken
+    live = llm.requests[-1]
+    assert PROMPT not in [body(m) for m in live.messages]
+    sid = copy_session(env, session.id, is_user_text("next"))
+    (resumed,) = await first_request_after_resume(env, sid, live.messages[-1])
+    assert resumed.messages == live.messages
+
+
+# --------------------------------------------------------------------------- case 8
+
+
+@pytest.mark.parametrize("kind", ["enospc", "too_large"])
+async def test_case8_failed_session_meta_writes_nothing_else(env: Env, kind: str) -> None:
+    """R-TRACE-5, R-TRACE-15a (amended): when the very first record (session_meta) cannot be
+    written, nothing else is written: no file holds an abort without a session_meta."""
+    session, _llm = await make_session(env, {"responses": [[{"text": "x"}]], "tools": TOOLS})
+    WriteFault(0, kind).install(session)
+    async with session:
+        stream = await collect(session.run([b.user_text("hi")], approve=allow_all))
+    assert _tag(stream[-1]) == "abort"
+    for path in env.home.rglob("*.jsonl"):
+        assert b'"abort"' not in path.read_bytes(), path
+
+
+# --------------------------------------------------------------------------- R-RESUME-15 / 15b
+
+
+async def test_r_resume_15_no_summary_when_compaction_begin_was_lost(env: Env) -> None:
+    """R-RESUME-15: a completed compaction_end whose compaction_begin line was lost takes no
+    summary from an ordinary turn's reply: the closure is void and the file replays on."""
+    records = [
+        b.user_text("hi"),
+        b.request_begin(),
+        b.assistant_text("[summary]not a summary[/summary]"),
+        usage(),
+        b.request_end("completed"),
+        b.compaction_end("manual", "summarize", "completed", attempt=1),
+    ]
+    ctx, state = fold_agrees(records)
+    assert ctx.pending_summary is None and not ctx.closed
+    assert not state.rotation_pending and state.turns_in_context == 1
+    sid = craft(env, records)
+    (request,) = await first_request_after_resume(env, sid, "next", damaged=True)
+    assert [body(m) for m in request.messages] == ["hi", "[summary]not a summary[/summary]", "next"]
+
+
+async def test_r_resume_15_summary_only_from_a_span_inside_the_compaction(env: Env) -> None:
+    """R-RESUME-15: the summary comes from the last completed request span inside the
+    compaction span, never from an earlier compaction's or turn's reply."""
+    records = [
+        b.user_text("hi"),
+        b.request_begin(),
+        b.assistant_text("reply"),
+        usage(),
+        b.request_end("completed"),
+        b.compaction_begin("manual", "summarize", context=4, turns=1),
+        b.user_text(PROMPT),
+        b.request_begin(),
+        b.assistant_text("[summary]S1[/summary]"),
+        b.tool_call("t", {}, "k1"),
+        usage(),
+        b.request_end("completed"),
+        b.tool_call_output("k1", mk.COMPACTION_REPAIR, stop_reason="failed"),
+        b.compaction_end("manual", "summarize", "failed", attempt=1, error_message="x"),
+        b.compaction_end("manual", "summarize", "completed", attempt=1),  # begin lost
+    ]
+    ctx, state = fold_agrees(records)
+    assert ctx.pending_summary is None and not ctx.closed
+    assert not state.rotation_pending
+
+
+async def test_r_resume_15b_lost_request_end_is_a_failed_attempt(env: Env) -> None:
+    """R-RESUME-15b: a request_begin while a span is open (its request_end was lost) ends the
+    open span as a failed attempt: its output goes into the next attempt's [turn_retried]
+    block, and no [turn_aborted] block is made from it."""
+    records = [
+        b.user_text("hi"),
+        b.request_begin(),
+        b.assistant_text("half"),
+        b.request_begin(),
+        b.assistant_text("again"),
+        b.request_end("aborted"),
+    ]
+    sid = craft(env, records)
+    (request,) = await first_request_after_resume(env, sid, "next", damaged=True)
+    texts = [body(m) for m in request.messages]
+    assert texts[-1] == "next"
+    block = texts[0]
+    assert block.startswith("[turn_aborted]\n  [user_input]hi[/user_input]")
+    assert "[turn_retried]" not in block  # one level (R-CARRY-6)
+    assert mk.line_text("half") in block and mk.line_text("again") in block
+    # The crash-ended first span alone is a retry shape: input kept, one [turn_retried] block.
+    ctx = ModelContext.from_records(records[:4])
+    retry_input = ctx.snapshot
+    assert [body(m) for m in retry_input] == [
+        "hi",
+        mk.transcript_block("turn_retried", [mk.line_text("half")]),
+    ]
+
+
+async def test_r_resume_15b_compaction_end_closes_an_open_span_like_14a(env: Env) -> None:
+    """R-RESUME-15b: a compaction_end reached while a request span inside it is open closes
+    that span first, committed when its token_usage was recorded: its summary counts."""
+    records = [
+        b.user_text("hi"),
+        b.request_begin(),
+        b.assistant_text("reply"),
+        usage(),
+        b.request_end("completed"),
+        b.compaction_begin("manual", "summarize", context=4, turns=1),
+        b.user_text(PROMPT),
+        b.request_begin(),
+        b.assistant_text("[summary]S[/summary]"),
+        usage(),
+        b.compaction_end("manual", "summarize", "completed", attempt=1),
+    ]
+    ctx, state = fold_agrees(records)
+    assert ctx.closed and ctx.pending_summary is not None
+    assert body(ctx.pending_summary) == mk.wrap_context_summary("S")
+    assert state.rotation_pending and state.turns_in_context == 0
+    assert state.turns_total == 1

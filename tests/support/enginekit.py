@@ -4,6 +4,7 @@ event-sourcing checks every scenario runs (INV-11, INV-18, INV-24, INV-25)."""
 
 from __future__ import annotations
 
+import errno
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,9 +17,11 @@ from engine.llm import ScriptedEnvironment, ScriptedLLM
 from eventstore import (
     DataRoot,
     OmniMessage,
+    RecordTooLarge,
     ToolCallOutputPayload,
     ToolCallPayload,
     ToolDefinition,
+    TraceWriteError,
     encode,
     read_trace,
 )
@@ -267,3 +270,45 @@ class GatedEnvironment:
         yield b.partial_tool_call_output("delta", cid, text)
         yield b.partial_tool_call_output("stop", cid)
         yield b.tool_call_output(cid, text, stop_reason="aborted" if aborted else "completed")
+
+
+@dataclass
+class WriteFault:
+    """Fails the ``at``-th append (0-based, counting every record the session writes, its
+    ``session_meta`` and rotation heads included) with ``kind``: ``enospc`` or ``eio`` (a
+    ``TraceWriteError``, R-TRACE-15) or ``too_large`` (``RecordTooLarge``, R-TRACE-17).  The
+    record is not written, as the writer guarantees for a failed append; later appends work (the
+    disk was freed), so the final ``abort`` lands when the engine writes one."""
+
+    at: int
+    kind: str = "enospc"
+    count: int = 0
+    fired: bool = False
+
+    def install(self, session: Session) -> WriteFault:
+        if session._writer is not None:
+            self._wrap(session._writer)
+        opener = session._open_writer
+
+        def open_writer() -> Any:
+            return self._wrap(opener())
+
+        session._open_writer = open_writer  # type: ignore[method-assign]
+        return self
+
+    def _wrap(self, writer: Any) -> Any:
+        real = writer.append
+
+        def append(msg: OmniMessage) -> Any:
+            n = self.count
+            self.count += 1
+            if n == self.at:
+                self.fired = True
+                if self.kind == "too_large":
+                    raise RecordTooLarge(size=10**9, limit=10**8, path=writer.path)
+                code = errno.ENOSPC if self.kind == "enospc" else errno.EIO
+                raise TraceWriteError("injected", path=writer.path, errno=code)
+            return real(msg)
+
+        writer.append = append
+        return writer
