@@ -60,6 +60,7 @@ How a session is re-run:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import re
@@ -89,6 +90,7 @@ from eventstore import (
 from projections import DEFAULT_COMPACTION_PROMPT
 from projections import markers as mk
 
+from ._diff import diff_traces
 from ._replay_llm import Located, ReplayEnvironment, ReplayLLM, TraceSource, load_located
 from ._resume import resume_session
 
@@ -129,12 +131,14 @@ class Divergence:
     expected: str | None
     actual: str | None
     reason: str
+    structural: str | None = None  # the first difference by run, turn and call (R-TOOL-2)
 
     def __str__(self) -> str:
         where = self.file if self.file is not None else "<records>"
+        by_structure = f"\n  by structure: {self.structural}" if self.structural else ""
         return (
             f"{where}:{self.line}: expected {self.expected or '(nothing)'} / "
-            f"actual {self.actual or '(nothing)'} ({self.reason})"
+            f"actual {self.actual or '(nothing)'} ({self.reason}){by_structure}"
         )
 
 
@@ -272,6 +276,18 @@ def _compare(
         reason = "the replay wrote a record the recording does not have here"
         return exp_lines, act_lines, Divergence(path, line, n, None, act_lines[n], reason)
     return exp_lines, act_lines, None
+
+
+def _with_structure(
+    divergence: Divergence, recorded: list[OmniMessage], actual: list[OmniMessage]
+) -> Divergence:
+    """Name the divergence by run, turn and tool call too (``diff_traces``, R-TOOL-2)."""
+    if not recorded or not actual:
+        return divergence
+    first = diff_traces(recorded, actual).first
+    if first is None:
+        return divergence
+    return dataclasses.replace(divergence, structural=f"{first.where}: {first.what}")
 
 
 # --------------------------------------------------------------------------- the plan
@@ -589,6 +605,8 @@ async def areplay_trace(
                 files = []
             actual = [loc.record for loc in load_located(files)] if files else []
     expected_lines, actual_lines, divergence = _compare(located, stop, actual)
+    if divergence is not None:
+        divergence = _with_structure(divergence, [loc.record for loc in located[:stop]], actual)
     return ReplayResult(
         matched=divergence is None,
         runs_compared=sum(1 for s in replayable if s.kind == "run"),

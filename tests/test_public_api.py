@@ -20,8 +20,6 @@ PACKAGES = ["eventstore", "eventstore.builders", "projections", "engine", "engin
 PENDING = {
     "engine.GoalOptions": "goal mode (issue 16)",
     "projections.GoalState": "goal mode (issue 16)",
-    "replay.diff_traces": "trace tools (issue 17)",
-    "replay.repair_trace": "trace tools (issue 17)",
     "replay.export_trace": "trace tools (issue 17)",
     "replay.import_trace": "trace tools (issue 17)",
 }

@@ -1233,3 +1233,4 @@ def main() -> None:
 
 
 from . import _serve as _serve  # noqa: E402  (registers `penguin serve` on `app`)
+from . import _tracetools as _tracetools  # noqa: E402  (registers diff, repair, export, import)

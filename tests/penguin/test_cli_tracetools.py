@@ -52,3 +52,54 @@ def test_inspect_at_bad_position_is_exit_2() -> None:
     for at in ("x", "9:0", "1:99999"):
         result = invoke("inspect", str(path), "--at", at)
         assert result.exit_code == 2, (at, result.output)
+
+
+# --------------------------------------------------------------------------- diff
+
+
+def test_diff_equal_is_exit_0_and_different_is_exit_1(tmp_path: Path) -> None:
+    same = invoke("diff", str(TRACES / "plain"), str(TRACES / "damaged_unknown_future"))
+    assert same.exit_code == 0, same.output
+    assert same.output.startswith("equal")
+    other = invoke("diff", str(TRACES / "compaction_summarize"), str(TRACES / "compaction_discard"))
+    assert other.exit_code == 1
+    assert other.output.startswith("first divergence: run 1: prompt")
+    assert "run 1, turn 1, call 1 (read_file): arguments" in other.output
+    data = json.loads(
+        invoke("diff", str(TRACES / "plain"), str(TRACES / "abort_stream"), "--json").output
+    )
+    assert data["equal"] is False and data["first"]["where"] == "run 1"
+    assert data["summary"]["runs_b"] == 3
+
+
+def test_diff_escapes_hostile_content() -> None:
+    hostile = TRACES / "hostile"
+    result = invoke(
+        "diff", str(hostile / "base_001.jsonl"), str(hostile / "escapes_content_001.jsonl")
+    )
+    assert result.exit_code == 1
+    assert "\x1b" not in result.output and "\x07" not in result.output
+    assert "\\x1b" in result.output
+
+
+# --------------------------------------------------------------------------- repair
+
+
+def test_repair_lists_changes_and_exit_codes(tmp_path: Path) -> None:
+    src = TRACES / "hostile" / "truncated_001.jsonl"
+    result = invoke("repair", str(src), "--into", str(tmp_path / "copy"))
+    assert result.exit_code == 0, result.output
+    assert "cut torn tail" in result.output and "closed the dangling request" in result.output
+    assert "the copy is valid" in result.output
+    assert invoke("validate", str(tmp_path / "copy")).exit_code == 0
+    again = invoke("repair", str(src), "--into", str(tmp_path / "copy"))
+    assert again.exit_code == 2 and "never overwrites" in again.output
+    clean = invoke("repair", str(TRACES / "plain"), "--into", str(tmp_path / "c2"), "--json")
+    assert clean.exit_code == 1
+    assert json.loads(clean.output) == {
+        "changed": False,
+        "changes": [],
+        "files": [],
+        "errors_after": [],
+    }
+    assert not (tmp_path / "c2").exists()

@@ -1,0 +1,124 @@
+"""The trace-tool commands (SPEC §21): ``diff``, ``repair``, ``export``, ``import``.
+
+Owns: their arguments, output shapes and exit codes.  Does not: implement them (``replay``
+does: ``diff_traces``, ``repair_trace``, ``export_trace``, ``import_trace``).  Registered on
+the ``penguin`` app by importing this module from ``_cli``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Final
+
+import typer
+from rich.text import Text
+
+from replay import Difference, diff_traces, repair_trace, validate_session
+
+from ._cli import JsonOpt, _console, _globals, app
+from ._clikit import errors_to_exit_codes, resolve_target, write_json
+from ._safe import safe
+
+__all__: list[str] = []
+
+_SHOWN: Final = 20
+
+Target = Annotated[
+    str,
+    typer.Argument(
+        help="A session id, a trace file, or a directory holding one session's files.",
+        show_default=False,
+        metavar="SESSION_OR_PATH",
+    ),
+]
+
+
+def _difference(d: Difference) -> Text:
+    return Text(safe(str(d)))
+
+
+@app.command()
+def diff(ctx: typer.Context, a: Target, b: Target, as_json: JsonOpt = False) -> None:
+    """Compare two sessions by structure, not by line.
+
+    Aligns runs (by their prompt), turns and tool calls; ignores timestamps, ids, paths and
+    durations.  Prints the first divergence (named by run, turn and call, with the file:line
+    of each side), the other differences and a summary; exit 0 when equal, 1 when they
+    differ.
+    """
+    with errors_to_exit_codes():
+        g = _globals(ctx)
+        result = diff_traces(resolve_target(a, g).files, resolve_target(b, g).files)
+        if as_json:
+            write_json(result.as_json())
+        else:
+            out = _console()
+            if result.equal:
+                out.print(Text("equal", style="green"))
+            else:
+                first, *rest = result.differences
+                out.print(Text("first divergence: ", style="red") + _difference(first))
+                for d in rest[:_SHOWN]:
+                    out.print(_difference(d), soft_wrap=True)
+                if len(rest) > _SHOWN:
+                    out.print(Text(f"… and {len(rest) - _SHOWN} more (--json lists all)"))
+            out.print(Text(result.summary_line(), style="dim"), soft_wrap=True)
+        raise typer.Exit(0 if result.equal else 1)
+
+
+@app.command()
+def repair(
+    ctx: typer.Context,
+    source: Target,
+    into: Annotated[
+        Path,
+        typer.Option(
+            "--into",
+            help="Directory that receives the repaired copy (created; files are never "
+            "overwritten).",
+            show_default=False,
+            metavar="DIR",
+        ),
+    ],
+    as_json: JsonOpt = False,
+) -> None:
+    """Write a repaired copy of a damaged session; the source is never touched.
+
+    Cuts a torn tail, drops malformed lines and each record the validator rejects, leaves a
+    crash-residue file out and closes a dangling request or compaction as resume would.
+    Prints every change; the copy then passes `validate`.  Exit 1 (and nothing written) when
+    the source needed no repair.
+    """
+    with errors_to_exit_codes():
+        files = resolve_target(source, _globals(ctx)).files
+        result = repair_trace(files, into)
+        findings = validate_session(result.files) if result.files else []
+        errors = [f for f in findings if f.severity == "error"]
+        if as_json:
+            write_json(
+                {
+                    "changed": result.changed,
+                    "changes": [
+                        {"path": str(c.path), "line": c.line, "action": c.action}
+                        for c in result.changes
+                    ],
+                    "files": [str(f) for f in result.files],
+                    "errors_after": [str(f) for f in errors],
+                }
+            )
+        else:
+            out = _console()
+            for change in result.changes:
+                out.print(Text(safe(str(change), keep_newlines=False)), soft_wrap=True)
+            if not result.changed:
+                out.print(Text("nothing to repair; no copy written"))
+            else:
+                verdict = "valid" if not errors else f"INVALID ({len(errors)} error(s))"
+                out.print(
+                    Text(
+                        f"{len(result.changes)} change(s); wrote {len(result.files)} file(s) "
+                        f"into {safe(str(into), keep_newlines=False)}; the copy is {verdict}"
+                    ),
+                    soft_wrap=True,
+                )
+        raise typer.Exit(0 if result.changed else 1)
