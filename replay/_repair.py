@@ -34,7 +34,6 @@ from eventstore import (
 from projections import ModelContext
 
 from ._replay_llm import _session_files
-from ._resume import _closures
 from ._timetravel import Files
 from ._validate import validate_session
 
@@ -137,7 +136,7 @@ def _fix_ids(f: _File, changes: list[RepairChange]) -> None:
 
 def _close_spans(f: _File) -> list[str]:
     """Set the closure records resume would append to ``f`` (its last file); name them."""
-    closures = _closures(ModelContext.from_records([r for _, _, r in f.lines]))
+    closures = ModelContext.from_records([r for _, _, r in f.lines]).closure_records()
     f.closures = [encode(c) for c in closures]
     return [
         "closed the dangling request (R-RESUME-14a)"
