@@ -10,6 +10,7 @@ from eventstore import ToolDefinition
 
 from ._config import CompactionSettings, RetryPolicy
 from ._exceptions import EngineError, SessionBroken, SessionBusy
+from ._goal import GoalOptions
 from ._local import LocalEnvironment, ToolContext
 from ._protocols import (
     LLM,
@@ -42,6 +43,7 @@ __all__ = [
     "CompactionSettings",
     "EngineError",
     "Environment",
+    "GoalOptions",
     "LLMOutcome",
     "LLMRequest",
     "LocalEnvironment",

@@ -84,7 +84,8 @@ class ToolContext:
     approve: ApproveFn | None = None
 
     def resolve(self, path: str | os.PathLike[str]) -> Path:
-        """The real path of ``path`` (relative to the workspace, or absolute inside it).
+        """The real path of ``path`` (relative to the workspace, or absolute inside it or
+        inside the session scratchpad).
 
         Symlinks are resolved before the check, so ``..`` escapes, absolute paths elsewhere and
         links pointing out all raise ``ToolError`` — the tool fails and nothing is touched.
@@ -98,9 +99,13 @@ class ToolContext:
         if not candidate.is_absolute():
             candidate = self.workspace / candidate
         real = Path(os.path.realpath(candidate))
-        if not real.is_relative_to(self.workspace):
-            raise ToolError(f"path is outside the workspace: {raw}")
-        return real
+        if real.is_relative_to(self.workspace):
+            return real
+        # The session's own scratchpad is the agent's too: goal mode's GOAL.yaml and PLAN.md
+        # live there (SPEC §18), as do archived outputs it may want to read back.
+        if self.scratchpad is not None and real.is_relative_to(os.path.realpath(self.scratchpad)):
+            return real
+        raise ToolError(f"path is outside the workspace: {raw}")
 
     def display(self, path: Path) -> str:
         """``path`` as shown to the model: relative to the workspace, ``/``-separated."""

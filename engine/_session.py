@@ -55,6 +55,7 @@ from ._agen import as_agen
 from ._compaction import CompactionRunner
 from ._config import CompactionSettings, RetryPolicy, attempt_stamp, exhaustion_reason
 from ._exceptions import SessionBroken, SessionBusy
+from ._goal import GoalOptions, GoalRun
 from ._images import fold_images
 from ._protocols import LLM, Approval, ApproveFn, Environment, LLMOutcome, LLMRequest
 from ._signal import AbortSignal, make_waker
@@ -92,8 +93,11 @@ class _Run:
     # An error that ended the run outside the loop's own paths (e.g. a steering image fold that
     # failed, R-STEER-6): raised out of ``run()`` once the stream has drained.
     error: BaseException | None = None
+    tap: Callable[[OmniMessage], None] | None = None  # sees every message (goal mode)
 
     def push(self, msg: OmniMessage) -> None:
+        if self.tap is not None:
+            self.tap(msg)
         if not self.consumer_gone:
             try:
                 self.send.send_nowait(msg)
@@ -468,14 +472,18 @@ class Session:
 
     async def run(
         self,
-        messages: Sequence[OmniMessage] = (),
+        messages: Sequence[OmniMessage] | None = (),
         *,
         approve: ApproveFn | None = None,
         signal: AbortSignal | None = None,
         thinking_level: str | None = None,
+        goal: GoalOptions | None = None,
     ) -> AsyncGenerator[OmniMessage, None]:
-        """Drive one task and yield its messages (R-RUN-1).  Safe to abandon (R-CARRY-2)."""
+        """Drive one task and yield its messages (R-RUN-1).  Safe to abandon (R-CARRY-2).
+
+        With ``goal`` the run drives a goal's rounds, each an ordinary task (SPEC §18)."""
         self._check_idle()
+        goal_run = GoalRun.prepare(self, messages, goal) if goal is not None else None
         self._busy = True
         internal = AbortSignal()
         forget = signal.add_callback(internal.abort) if signal is not None else (lambda: None)
@@ -483,7 +491,7 @@ class Session:
         run = _Run(send=send, signal=internal, approve=approve, thinking_level=thinking_level)
         self._active = run
         assert self._tg is not None
-        self._tg.start_soon(self._drive, run, list(messages))
+        self._tg.start_soon(self._drive, run, list(messages or ()), goal_run)
         finished = False
         try:
             async with recv:
@@ -500,9 +508,9 @@ class Session:
                 await run.done.wait()
             forget()
 
-    async def _drive(self, run: _Run, prompt: list[OmniMessage]) -> None:
+    async def _drive(self, run: _Run, prompt: list[OmniMessage], goal: GoalRun | None) -> None:
         try:
-            await self._task(run, prompt)
+            await (self._task(run, prompt) if goal is None else goal.drive(run))
         except anyio.get_cancelled_exc_class():
             raise
         except Exception as exc:

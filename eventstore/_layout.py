@@ -85,7 +85,7 @@ class DataRoot:
     """Paths of a data root (R-ROOT-1): ``home`` defaults to ``$PENGUIN_HOME``, else
     ``~/.penguin/data``.  Methods that take only a session id search every
     ``<project>/agents/<agent>/traces`` under the root (R-ROOT-7); ``project=``/``agent=`` narrow
-    the search.  Nothing here creates files except ``ensure_dir``."""
+    the search.  Nothing here creates files except ``ensure_dir`` and ``write_private``."""
 
     def __init__(self, home: str | os.PathLike[str] | None = None) -> None:
         if home is None:
@@ -272,6 +272,35 @@ class DataRoot:
             os.chmod(level, stat.S_IRWXU)
         if not target.is_dir():
             raise NotADirectoryError(f"not a directory: {target}")
+        return target
+
+    def write_private(self, path: str | os.PathLike[str], data: bytes) -> Path:
+        """Replace the file ``path`` (under the root) with ``data``, mode 0600 whatever the
+        umask, parents created 0700 (R-ROOT-9).  Written to a private temporary file beside it
+        and renamed over it, so a reader sees the old content or the new, never a part; a
+        symlink at ``path`` is replaced, never followed."""
+        target = Path(path) if Path(path).is_absolute() else self.home / path
+        parent = self.ensure_dir(target.parent)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        while True:
+            temp = parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
+            try:
+                fd = os.open(temp, flags, 0o600)
+            except FileExistsError:
+                continue
+            break
+        try:
+            try:
+                os.fchmod(fd, stat.S_IRUSR | stat.S_IWUSR)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
+            os.replace(temp, target)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
         return target
 
     # ----------------------------------------------------------------------- internals

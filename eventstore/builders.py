@@ -22,6 +22,7 @@ from ._schema import (
     CompactionMode,
     CompactionReason,
     EventType,
+    GoalFinishedPayload,
     ImageUrlPayload,
     InlineDataPayload,
     OmniMessage,
@@ -48,6 +49,7 @@ from ._schema import (
 
 __all__ = [
     "abort",
+    "goal_finished",
     "approval_decision",
     "assistant_text",
     "compaction_begin",
@@ -350,6 +352,19 @@ def approval_decision(
 
 def abort(reason: str | None = None, *, timestamp: str | None = None) -> OmniMessage:
     return _event(AbortPayload(reason=reason), timestamp)
+
+
+def goal_finished(
+    outcome: Literal["complete", "blocked", "budget_limited", "aborted"],
+    rounds: int,
+    tokens_used: int,
+    *,
+    timestamp: str | None = None,
+) -> OmniMessage:
+    """R-MSG-22: the last message of a goal run (SPEC §18)."""
+    return _event(
+        GoalFinishedPayload(outcome=outcome, rounds=rounds, tokens_used=tokens_used), timestamp
+    )
 
 
 def compaction_begin(

@@ -1,7 +1,8 @@
 """Projections: session state as pure folds over trace records (no I/O).
 
 ``ModelContext`` (what the model sees next), ``CarryOver`` (its carry-over part), ``SessionState``
-(counters and open spans) and ``Usage`` (per-request rows).  Each has ``apply(record)`` and
+(counters and open spans, with ``GoalState``, the latest goal run) and ``Usage`` (per-request
+rows).  Each has ``apply(record)`` and
 ``from_records(records)``; ``project(records)`` folds all three in one pass (R-PROJ-1a).  The
 engine keeps its live state only through these, so live state and rebuilt state are one path.
 """
@@ -13,6 +14,7 @@ from collections.abc import Iterable
 from eventstore import OmniMessage
 
 from ._context import CarryOver, ModelContext
+from ._goal import GoalOutcome, GoalState
 from ._state import SessionState
 from ._usage import ErrorRow, Usage, UsageRow
 from .markers import DEFAULT_COMPACTION_PROMPT
@@ -21,6 +23,8 @@ __all__ = [
     "DEFAULT_COMPACTION_PROMPT",
     "CarryOver",
     "ErrorRow",
+    "GoalOutcome",
+    "GoalState",
     "ModelContext",
     "SessionState",
     "Usage",

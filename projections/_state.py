@@ -50,6 +50,7 @@ from eventstore import (
     ToolListReadyPayload,
 )
 
+from ._goal import GOAL_KINDS, GoalState
 from .markers import extract_summary
 
 __all__ = ["SessionState"]
@@ -75,6 +76,9 @@ class SessionState:
     task_running: bool = False
     files: int = 0
     records: int = 0
+    # The latest goal run (R-GOAL-7): folded here so that it spans every file, like the
+    # counters, and is rebuilt wherever the session state is.
+    goal: GoalState = field(default_factory=GoalState)
 
     # --- fold scratch (not part of equality) ---------------------------------------------
     # The open request span: began inside a compaction span, recorded a token_usage, has been
@@ -113,6 +117,8 @@ class SessionState:
         if kind in _PARTIALS:
             return
         self.records += 1
+        if kind in GOAL_KINDS:
+            self.goal.apply_payload(kind, payload)
         # Dispatch on the exact payload type: an isinstance chain costs more than the fold.
         handler = _HANDLERS.get(kind)
         if self._closed or self._head or kind is SessionMetaPayload:

@@ -64,9 +64,13 @@ __all__ = [
     "arguments_schema_mismatch",
     "attached_file_line",
     "attached_image_line",
+    "GOAL_WRAPUP_LINE",
     "downgrade_goal",
     "downgrade_goal_message",
     "is_goal_text",
+    "goal_block",
+    "goal_budget_line",
+    "goal_round_of",
     "environment_threw_warning",
     "extract_summary",
     "invalid_approval_message",
@@ -462,3 +466,69 @@ def is_task_starting(msg: OmniMessage) -> bool:
     if isinstance(payload, TextPayload) and payload.role == "user":
         return not (is_steering(payload.text) or is_context_summary(payload.text))
     return False
+
+
+# --------------------------------------------------------------------------- goal blocks (§18)
+
+_GOAL_INTRO: Final = (
+    "You are working toward a goal. When this task ends, the system checks the goal file and "
+    "starts the next round by itself: ending a turn does not end the goal."
+)
+_GOAL_CHANGE: Final = "Change only its `status`, and only to `complete` or `blocked`. It reads:"
+_GOAL_RULES: Final = (
+    "Rules: before setting `complete`, prove it with evidence (run the checks, read the "
+    "results); never shrink the objective to what is already done; set `blocked` only when the "
+    "same blocker has stopped all progress for three rounds in a row; keep progress notes in "
+    "PLAN.md next to the goal file, since earlier turns may be compacted away."
+)
+GOAL_WRAPUP_LINE: Final = (
+    "The token budget is spent. Do no new work: summarize what was done, list what remains, and "
+    "leave one clear next step. Do not set complete because the budget ran out."
+)
+
+
+def goal_budget_line(used: int, budget: int | None) -> str:
+    """Appendix A budget line (R-GOAL-3)."""
+    if budget is None:
+        return "Budget: unbounded."
+    return f"Budget: {used} / {budget} tokens used (remaining: {max(0, budget - used)})."
+
+
+def goal_block(
+    round_no: int,
+    *,
+    goal_file: str,
+    goal_yaml: str,
+    used: int,
+    budget: int | None,
+    wrap_up: bool = False,
+) -> str:
+    """Appendix A ``GOAL_BLOCK`` (or ``GOAL_WRAPUP_BLOCK`` with ``wrap_up``), from ``[goal]``
+    to ``[/goal]`` without a trailing newline.  ``goal_yaml`` is the file as created; each of
+    its lines is indented by two spaces, so no objective line can sit in column 0 and close the
+    block (the closing tag is matched line-anchored, R-GOAL-3)."""
+    lines = [
+        "[goal]",
+        f"round: {round_no}",
+        _GOAL_INTRO,
+        f"Goal file: {goal_file}",
+        _GOAL_CHANGE,
+        *("  " + line for line in goal_yaml.splitlines()),
+        goal_budget_line(used, budget),
+        GOAL_WRAPUP_LINE if wrap_up else _GOAL_RULES,
+        "[/goal]",
+    ]
+    return "\n".join(lines)
+
+
+def goal_round_of(text: str) -> tuple[int, str] | None:
+    """A goal round input's round number and body (the text after the block, leading newlines
+    removed), or ``None`` when ``text`` does not start with a goal block (R-CARRY-12 pattern,
+    round > 0)."""
+    match = _GOAL.match(text)
+    if match is None:
+        return None
+    round_no = int(match.group(1))
+    if round_no <= 0:
+        return None
+    return round_no, text[match.end() :].lstrip("\n")

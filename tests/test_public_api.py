@@ -18,8 +18,6 @@ PACKAGES = ["eventstore", "eventstore.builders", "projections", "engine", "engin
 # Names API.md "Additions" documents whose issue has not landed yet, each with that issue.
 # Remove a name when its issue lands: the test then pins it like every other name.
 PENDING = {
-    "engine.GoalOptions": "goal mode (issue 16)",
-    "projections.GoalState": "goal mode (issue 16)",
     "replay.export_trace": "trace tools (issue 17)",
     "replay.import_trace": "trace tools (issue 17)",
 }

@@ -13,7 +13,7 @@ import json
 import os
 import re
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol, TypeAlias, cast, get_args
 
@@ -22,7 +22,14 @@ import msgspec
 
 from engine._protocols import ApproveFn, LLMOutcome, LLMRequest
 from engine._signal import AbortSignal
-from eventstore import OmniMessage, StopReason, TokenCounts, ToolCallPayload, ToolDefinition
+from eventstore import (
+    OmniMessage,
+    StopReason,
+    TextPayload,
+    TokenCounts,
+    ToolCallPayload,
+    ToolDefinition,
+)
 from eventstore.builders import (
     token_usage,
     user_text,
@@ -31,6 +38,7 @@ from eventstore.partials import SegmentWriter
 
 __all__ = [
     "DEFAULT_SCRIPT",
+    "GOAL_FILE_PLACEHOLDER",
     "Script",
     "ScriptedEnvironment",
     "ScriptedLLM",
@@ -507,6 +515,30 @@ def _emit_tool_call(
     yield from seg.stop(stop)
 
 
+# --------------------------------------------------------------------------- goal file
+
+GOAL_FILE_PLACEHOLDER: Final = "${GOAL_FILE}"
+"""In a tool call's arguments, replaced by the goal file named in the request's latest goal
+block (SPEC §18), so that a script can drive a goal run whose scratchpad path it cannot know."""
+
+_GOAL_FILE_LINE: Final = re.compile(r"^Goal file: (.*)$", re.MULTILINE)
+
+
+def _with_goal_file(item: _ToolCall, request: LLMRequest) -> _ToolCall:
+    for msg in reversed(request.messages):
+        p = msg.payload
+        if not (isinstance(p, TextPayload) and p.role == "user" and p.text.startswith("[goal]")):
+            continue
+        block = p.text.split("\n[/goal]", 1)[0]
+        found = _GOAL_FILE_LINE.search(block)
+        if found is None:
+            continue
+        # JSON-escaped: the placeholder sits inside a JSON string of the arguments.
+        path = json.dumps(found.group(1), ensure_ascii=False)[1:-1]
+        return replace(item, arguments=item.arguments.replace(GOAL_FILE_PLACEHOLDER, path))
+    return item
+
+
 # --------------------------------------------------------------------------- tool-call ids
 
 _SUFFIX = re.compile(r"#\d+\Z")
@@ -613,6 +645,8 @@ class ScriptedLLM:
             if signal.aborted:
                 yield LLMOutcome("aborted")
                 return
+            if isinstance(item, _ToolCall) and GOAL_FILE_PLACEHOLDER in item.arguments:
+                item = _with_goal_file(item, request)
             if isinstance(item, _Segment | _ToolCall):
                 messages = (
                     _emit_segment(item, signal, progress)
