@@ -25,6 +25,7 @@ from engine import (
     SessionSubagentRunner,
     allow_all,
 )
+from engine import _goal as goal_module
 from engine._goal import GOAL_MAX_ROUNDS, goal_yaml
 from engine.llm import ScriptedLLM
 from eventstore import (
@@ -335,24 +336,30 @@ async def test_a_cut_off_round_ends_the_goal_aborted(
     assert_goal_state_rebuilt(session, records)
 
 
-async def test_abort_between_rounds_starts_no_round(env: Env) -> None:
+async def test_abort_between_rounds_starts_no_round(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An abort landing after a round ended and before the next began starts no round (its
+    input would linger as carry-over) and records no ``abort``: ``goal_finished`` says it."""
     signal = AbortSignal()
+    read = goal_module.read_status
+
+    def read_then_abort(path: Path) -> str:
+        signal.abort()  # the user presses Ctrl-C while the file is read
+        return read(path)
+
+    monkeypatch.setattr(goal_module, "read_status", read_then_abort)
     session, llm = await goal_session(env, [WORK, WORK, WORK])
-
-    def on(msg: OmniMessage) -> None:
-        if isinstance(msg.payload, TokenUsagePayload):
-            signal.abort()  # the round's last turn is already complete
-
     async with session:
         stream = await collect(
             session.run(
                 [b.user_text(OBJECTIVE)], approve=allow_all, signal=signal, goal=GoalOptions()
-            ),
-            on=on,
+            )
         )
     records = check_trace(session, stream)
     assert (finished(records[-1]).outcome, finished(records[-1]).rounds) == ("aborted", 1)
     assert len(round_inputs(records)) == 1 and len(llm.requests) == 1
+    assert not any(isinstance(r.payload, AbortPayload) for r in records)
 
 
 # --------------------------------------------------------------------------- inside a round
