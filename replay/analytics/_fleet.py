@@ -1,0 +1,156 @@
+"""``Fleet``: a DuckDB connection with the analytics views over a set of trace files.
+
+Owns: importing DuckDB (lazily, with an install hint when it is missing), choosing the files
+(a data root or a glob), running SQL and the named reports, and the Parquet export (one
+directory per view, partitioned by day).  Does not: print or format results (the CLI).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from eventstore._reader import MAX_LINE_BYTES
+
+from ._exceptions import AnalyticsError, AnalyticsUnavailable
+from ._load import load
+from ._reports import REPORTS
+from ._sources import TraceFile, files_from_glob, files_from_root
+from ._views import VIEWS, create_views
+
+if TYPE_CHECKING:
+    import duckdb
+
+__all__ = ["Fleet", "Result", "open_fleet"]
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """A query's column names and rows (Python values as DuckDB returns them)."""
+
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+
+    def dicts(self) -> list[dict[str, Any]]:
+        return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
+
+
+def _duckdb() -> Any:
+    try:
+        import duckdb
+    except ImportError:
+        raise AnalyticsUnavailable() from None
+    return duckdb
+
+
+class Fleet:
+    """The views ``sessions``, ``records``, ``requests``, ``tool_calls``, ``usage`` and
+    ``diagnostics`` over trace files, in an in-memory DuckDB database.  Build one with
+    ``open_fleet``; ``connection`` is the DuckDB connection for anything else."""
+
+    def __init__(self, connection: duckdb.DuckDBPyConnection, files: list[TraceFile]) -> None:
+        self.connection = connection
+        self.files = files
+
+    def __enter__(self) -> Fleet:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.connection.close()
+
+    @property
+    def bytes_read(self) -> int:
+        """Total size of the trace files the views were built from."""
+        return sum(os.path.getsize(f.path) for f in self.files if os.path.exists(f.path))
+
+    def sql(self, query: str, parameters: list[Any] | None = None) -> Result:
+        """Run one SQL statement; a DuckDB error becomes ``AnalyticsError`` with its text."""
+        duckdb = _duckdb()
+        try:
+            cursor = self.connection.execute(query, parameters or [])
+            columns = [d[0] for d in cursor.description or []]
+            rows = cursor.fetchall() if columns else []
+        except duckdb.Error as exc:
+            raise AnalyticsError(f"query failed: {exc}") from None
+        return Result(columns, rows)
+
+    def report(self, name: str) -> Result:
+        """One of ``REPORTS`` by name (``tools``, ``retries``, ``tokens-by-day``)."""
+        if name not in REPORTS:
+            raise AnalyticsError(f"unknown report {name!r}; choose one of {', '.join(REPORTS)}")
+        return self.sql(REPORTS[name])
+
+    def export_parquet(self, directory: str | os.PathLike[str]) -> dict[str, int]:
+        """Write every view as Parquet under ``directory/<view>/day=<yyyy-mm-dd>/``
+        (Hive partitioning, readable by DuckDB, Spark, Trino, Polars); returns rows per view.
+        Existing files of the same names are overwritten."""
+        target = Path(directory)
+        target.mkdir(parents=True, exist_ok=True)
+        counts: dict[str, int] = {}
+        for view in VIEWS:
+            out = (target / view).as_posix().replace("'", "''")
+            self.sql(
+                f"COPY (SELECT * FROM {view}) TO '{out}' "
+                "(FORMAT parquet, PARTITION_BY (day), OVERWRITE_OR_IGNORE, "
+                "FILENAME_PATTERN 'part_{i}')"
+            )
+            counts[view] = int(self.sql(f"SELECT count(*) FROM {view}").rows[0][0])
+        return counts
+
+
+def open_fleet(
+    *,
+    home: str | os.PathLike[str] | None = None,
+    traces: str | None = None,
+    project: str | None = None,
+    agent: str | None = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    threads: int | None = None,
+) -> Fleet:
+    """Build the views over every trace file of a data root (``home``; default
+    ``$PENGUIN_HOME``, else ``~/.penguin/data``) or of a glob (``traces``, ``**`` allowed).
+
+    Damaged lines never fail the build: they are rows of ``diagnostics`` (the tolerant
+    reader's decisions).  ``project``/``agent`` keep only the files of that project or agent.
+    Raises ``AnalyticsUnavailable`` without DuckDB and
+    ``AnalyticsError`` when given both sources.
+    """
+    duckdb = _duckdb()
+    if home is not None and traces is not None:
+        raise AnalyticsError("give a data root or a glob of trace files, not both")
+    if traces is not None:
+        files = files_from_glob(traces)
+    else:
+        if home is None:
+            env = os.environ.get("PENGUIN_HOME")
+            home = env if env else Path("~/.penguin/data").expanduser()
+        files = files_from_root(home)
+    files = [
+        f
+        for f in files
+        if (project is None or f.project == project) and (agent is None or f.agent == agent)
+    ]
+    con = duckdb.connect(":memory:")
+    try:
+        if threads is not None:
+            con.execute(f"SET threads = {int(threads)}")
+        load(con, files, max_line_bytes=max_line_bytes)
+        create_views(con)
+    except duckdb.Error as exc:
+        con.close()
+        raise AnalyticsError(f"building the views failed: {exc}") from None
+    except BaseException:
+        con.close()
+        raise
+    return Fleet(con, files)

@@ -1,0 +1,108 @@
+"""Which trace files the views read.
+
+Owns: listing trace files under a data root (R-ROOT-2 layout, the R-ROOT-4 file-name rule, the
+R-ROOT-6 id check, R-ROOT-9: a symlink that resolves outside the root is refused) or matching a
+glob, and describing each file by session, project, agent, date directory and index.  Does not:
+open or read a file (DuckDB does, in ``_views``).
+
+Listing is ``os.scandir`` only -- no file is opened here -- so it stays cheap for a fleet.
+"""
+
+from __future__ import annotations
+
+import glob as globlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from ._exceptions import AnalyticsError
+
+__all__ = ["TraceFile", "files_from_glob", "files_from_root"]
+
+_ID: Final = re.compile(r"^[A-Za-z0-9_-]{1,128}\Z")
+_TRACE_NAME: Final = re.compile(r"^(.+)_(\d{3,})\.jsonl\Z")
+_LAYOUT: Final = re.compile(
+    r"(?:^|/)(?P<project>[^/]+)/agents/(?P<agent>[^/]+)/traces/(?P<date>[^/]+)/[^/]+\Z"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TraceFile:
+    """One trace file.  ``index`` is 0 for a name without ``_NNN`` (read before numbered ones,
+    as ``read_trace`` orders them); ``project``/``agent``/``date`` are ``None`` outside the
+    data-root layout."""
+
+    path: str
+    session_id: str
+    index: int
+    project: str | None
+    agent: str | None
+    date: str | None
+
+
+def _describe(path: Path) -> TraceFile:
+    m = _TRACE_NAME.match(path.name)
+    sid, index = (m.group(1), int(m.group(2))) if m else (path.name.removesuffix(".jsonl"), 0)
+    lay = _LAYOUT.search(path.as_posix())
+    return TraceFile(
+        path=str(path),
+        session_id=sid,
+        index=index,
+        project=lay.group("project") if lay else None,
+        agent=lay.group("agent") if lay else None,
+        date=lay.group("date") if lay else None,
+    )
+
+
+def files_from_root(home: str | os.PathLike[str]) -> list[TraceFile]:
+    """Every ``<project>/agents/<agent>/traces/<date>/<id>_<NNN>.jsonl`` under ``home``;
+    ``*.lock`` and other names are ignored (R-TRACE-18a).  A missing root has none."""
+    root = Path(home).expanduser().absolute()
+    real_root = root.resolve()
+    found: list[TraceFile] = []
+    for project in _dirs(root, real_root):
+        agents = root / project / "agents"
+        for agent in _dirs(agents, real_root):
+            traces = agents / agent / "traces"
+            for date in _dirs(traces, real_root):
+                for entry in _scandir(traces / date):
+                    if not _TRACE_NAME.match(entry.name) or not entry.is_file():
+                        continue
+                    if entry.is_symlink():
+                        _inside(Path(entry.path), real_root)
+                    found.append(_describe(Path(entry.path)))
+    return found
+
+
+def files_from_glob(pattern: str) -> list[TraceFile]:
+    """Files matching ``pattern`` (``**`` allowed; ``~`` expanded), sorted."""
+    paths = sorted(globlib.glob(os.path.expanduser(pattern), recursive=True))
+    return [_describe(Path(p).absolute()) for p in paths if os.path.isfile(p)]
+
+
+def _scandir(parent: Path) -> list[os.DirEntry[str]]:
+    try:
+        return list(os.scandir(parent))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _dirs(parent: Path, real_root: Path) -> list[str]:
+    names = []
+    for entry in _scandir(parent):
+        if not _ID.match(entry.name) or not entry.is_dir():
+            continue
+        if entry.is_symlink():
+            _inside(Path(entry.path), real_root)
+        names.append(entry.name)
+    return sorted(names)
+
+
+def _inside(path: Path, real_root: Path) -> None:
+    resolved = path.resolve()
+    if resolved != real_root and not resolved.is_relative_to(real_root):
+        raise AnalyticsError(
+            f"path resolves outside the data root {real_root}: {path} -> {resolved}"
+        )
