@@ -1232,6 +1232,6 @@ def main() -> None:
         raise SystemExit(1) from None
 
 
+from . import _query as _query  # noqa: E402  (registers `query` and `export-parquet` on app)
 from . import _serve as _serve  # noqa: E402  (registers `penguin serve` on `app`)
 from . import _tracetools as _tracetools  # noqa: E402  (registers diff, repair, export, import)
-from . import _query as _query  # noqa: E402  (registers `query` and `export-parquet` on app)
