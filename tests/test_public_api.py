@@ -18,8 +18,6 @@ PACKAGES = ["eventstore", "eventstore.builders", "projections", "engine", "engin
 # Names API.md "Additions" documents whose issue has not landed yet, each with that issue.
 # Remove a name when its issue lands: the test then pins it like every other name.
 PENDING = {
-    "replay.export_trace": "trace tools (issue 17)",
-    "replay.import_trace": "trace tools (issue 17)",
 }
 
 # Names API.md shows that live in a sibling module rather than the package root.

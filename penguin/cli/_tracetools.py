@@ -7,17 +7,27 @@ the ``penguin`` app by importing this module from ``_cli``.
 
 from __future__ import annotations
 
+import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Final
 
 import typer
 from rich.text import Text
 
-from replay import Difference, diff_traces, repair_trace, validate_session
+from replay import (
+    Difference,
+    ImportRefused,
+    diff_traces,
+    export_trace,
+    import_trace,
+    repair_trace,
+    validate_session,
+)
 
 from ._cli import JsonOpt, _console, _globals, app
-from ._clikit import errors_to_exit_codes, resolve_target, write_json
-from ._safe import safe
+from ._clikit import CliError, errors_to_exit_codes, resolve_target, write_json
+from ._safe import safe, safe_json_bytes
 
 __all__: list[str] = []
 
@@ -122,3 +132,115 @@ def repair(
                     soft_wrap=True,
                 )
         raise typer.Exit(0 if result.changed else 1)
+
+
+class ExportChoice(StrEnum):
+    md = "md"
+    html = "html"
+    jsonl = "jsonl"
+
+
+@app.command()
+def export(
+    ctx: typer.Context,
+    source: Target,
+    format: Annotated[
+        ExportChoice,
+        typer.Option("--format", help="md, html (one self-contained file) or jsonl."),
+    ] = ExportChoice.md,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", help="Write to FILE (never overwritten) instead of stdout.", metavar="FILE"
+        ),
+    ] = None,
+    redact: Annotated[
+        str | None,
+        typer.Option(
+            "--redact",
+            help="Mask every match of this regular expression in every string with [redacted].",
+            metavar="REGEX",
+        ),
+    ] = None,
+) -> None:
+    """Export a session as a readable transcript or as one JSONL stream.
+
+    Markdown, or one HTML file that loads nothing and runs no script (every string escaped;
+    remote images shown as links, not fetched), or the records of all files concatenated.
+    On a terminal the output is escaped; use --out or a pipe for the raw text.
+    """
+    with errors_to_exit_codes():
+        files = resolve_target(source, _globals(ctx)).files
+        if redact is not None:
+            import re
+
+            try:
+                re.compile(redact)
+            except re.error as exc:
+                raise CliError(f"--redact: invalid regular expression: {exc}") from None
+        text = export_trace(files, format=format.value, redact=redact)
+        if out is not None:
+            with open(out, "x", encoding="utf-8", errors="surrogateescape") as f:
+                f.write(text)
+            _console(stderr=True).print(
+                Text(f"wrote {safe(str(out), keep_newlines=False)}", style="dim"), soft_wrap=True
+            )
+            return
+        data = text.encode("utf-8", errors="surrogateescape")
+        if sys.stdout.isatty():
+            data = safe(text).encode("utf-8", errors="surrogateescape")
+        elif format is ExportChoice.jsonl:
+            data = safe_json_bytes(data)
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+
+
+@app.command("import")
+def import_(
+    ctx: typer.Context,
+    file: Annotated[
+        Path,
+        typer.Argument(help="A trace file (.jsonl) to add to the data root.", show_default=False),
+    ],
+    as_json: JsonOpt = False,
+) -> None:
+    """Add a trace file from elsewhere as a session of the data root.
+
+    The file is validated (errors refuse it, exit 1, with the findings); its session id must be
+    filename-safe and new to the root.  It becomes file _001 of that session, in the date
+    directory of its first timestamp; `penguin resume` then continues it.
+    """
+    with errors_to_exit_codes():
+        g = _globals(ctx)
+        if not file.is_file():
+            raise CliError(f"{safe(str(file), keep_newlines=False)}: no such file")
+        try:
+            result = import_trace(file, g.root(), project=g.project, agent=g.agent)
+        except ImportRefused as exc:
+            if as_json:
+                write_json({"imported": False, "findings": [str(f) for f in exc.findings]})
+            else:
+                err = _console(stderr=True)
+                for f in exc.findings:
+                    err.print(Text(safe(str(f), keep_newlines=False)), soft_wrap=True)
+                err.print(Text("penguin: import refused: the trace does not validate", style="red"))
+            raise typer.Exit(1) from None
+        if as_json:
+            write_json(
+                {
+                    "imported": True,
+                    "session_id": result.session_id,
+                    "path": str(result.path),
+                    "findings": [str(f) for f in result.findings],
+                }
+            )
+        else:
+            out = _console()
+            for f in result.findings:
+                out.print(Text(safe(str(f), keep_newlines=False)), soft_wrap=True)
+            out.print(
+                Text(
+                    f"imported {result.session_id} as {safe(str(result.path), keep_newlines=False)}"
+                ),
+                soft_wrap=True,
+            )

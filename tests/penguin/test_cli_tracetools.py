@@ -103,3 +103,67 @@ def test_repair_lists_changes_and_exit_codes(tmp_path: Path) -> None:
         "errors_after": [],
     }
     assert not (tmp_path / "c2").exists()
+
+
+# --------------------------------------------------------------------------- export, import
+
+
+def test_export_to_a_file_and_stdout(tmp_path: Path) -> None:
+    src = str(TRACES / "abort_tool")
+    out = tmp_path / "t.html"
+    result = invoke("export", src, "--format", "html", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    again = invoke("export", src, "--format", "html", "--out", str(out))
+    assert again.exit_code == 2  # never overwritten
+    md = invoke("export", src, "--redact", "make test")
+    assert md.exit_code == 0 and "### User" in md.output
+    assert "make test" not in md.output and "[redacted]" in md.output
+    lines = invoke("export", src, "--format", "jsonl").output.splitlines()
+    assert len(lines) == len(
+        (sorted((TRACES / "abort_tool").rglob("*.jsonl"))[0]).read_text().splitlines()
+    )
+    assert invoke("export", src, "--redact", "(").exit_code == 2
+
+
+def test_export_md_escapes_hostile_content_on_stdout() -> None:
+    result = invoke("export", str(TRACES / "hostile" / "escapes_content_001.jsonl"))
+    assert result.exit_code == 0
+    # CliRunner's stdout is not a terminal: the raw text goes through; JSONL is made safe
+    jsonl = invoke(
+        "export", str(TRACES / "hostile" / "escapes_content_001.jsonl"), "--format", "jsonl"
+    )
+    assert "\x1b" not in jsonl.output and "\x9b" not in jsonl.output
+
+
+def test_import_then_resume(tmp_path: Path) -> None:
+    home = str(tmp_path / "home")
+    (src,) = fixture("abort_tool")
+    sid = src.name.rsplit("_", 1)[0]
+    result = invoke("--home", home, "import", str(src), "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["imported"] is True and data["session_id"] == sid
+    assert invoke("--home", home, "import", str(src)).exit_code == 2
+    state = invoke("--home", home, "resume", sid, "--json")
+    assert state.exit_code == 0, state.output
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"responses": [[{"text": "Back again."}]]}))
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    run = invoke(
+        "--home",
+        home,
+        "resume",
+        sid,
+        "-m",
+        "go on",
+        "--script",
+        str(script),
+        "--workspace",
+        str(ws),
+    )
+    assert run.exit_code == 0, run.output
+    assert "Back again." in run.output
+    refused = invoke("--home", home, "import", str(TRACES / "hostile" / "duplicate_keys_001.jsonl"))
+    assert refused.exit_code == 1 and "V-2 error" in refused.output

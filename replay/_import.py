@@ -1,0 +1,120 @@
+"""Import (SPEC R-TOOL-5): a trace file from elsewhere becomes a session of this data root.
+
+Owns: reading the file's ``session_meta`` id and requiring it filename-safe (R-ROOT-6) and new
+to the root (any project or agent), validating the file under the name it will have
+(V-checks; an error refuses it, with the findings), and placing its bytes unchanged as file
+``_001`` of that session in the date directory of its first timestamp (local date, R-ROOT-3),
+created exclusively with mode 0600.  Does not: repair (``repair_trace`` does) or resume.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from eventstore import DataRoot, SessionMetaPayload, scan_trace, validate_id
+
+from ._validate import Finding, validate_session
+
+__all__ = ["ImportRefused", "ImportResult", "import_trace"]
+
+
+class ImportRefused(ValueError):
+    """The file does not validate: ``findings`` holds the errors (and warnings)."""
+
+    def __init__(self, message: str, *, findings: list[Finding]) -> None:
+        super().__init__(message)
+        self.findings = findings
+
+
+@dataclass(frozen=True, slots=True)
+class ImportResult:
+    """Where the trace went; ``findings`` are the validator's warnings (errors refuse)."""
+
+    session_id: str
+    path: Path
+    findings: list[Finding]
+
+
+def _first(path: Path) -> tuple[str, str]:
+    """``(session_id, first timestamp)`` read from the file's records."""
+    sid: str | None = None
+    first_ts: str | None = None
+    for item in scan_trace(path):
+        if not isinstance(item, tuple):
+            continue
+        record = item[1]
+        first_ts = first_ts or record.timestamp
+        if isinstance(record.payload, SessionMetaPayload):
+            sid = record.payload.session_id
+            break
+    if sid is None or first_ts is None:
+        raise ValueError(f"{path}: no session_meta record; not a trace that can be imported")
+    return sid, first_ts
+
+
+def _date_dir(timestamp: str, path: Path) -> str:
+    try:
+        when = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{path}: first timestamp {timestamp!r} is not ISO 8601") from None
+    if when.tzinfo is not None:
+        when = when.astimezone()
+    return when.strftime("%Y-%m-%d")
+
+
+def _exists(root: DataRoot, sid: str) -> bool:
+    try:
+        root.locate(sid)
+    except FileNotFoundError:
+        return False
+    except LookupError:  # under two agents: it exists twice
+        return True
+    return True
+
+
+def import_trace(
+    file: str | os.PathLike[str],
+    root: DataRoot | str | os.PathLike[str] | None = None,
+    *,
+    project: str | None = None,
+    agent: str | None = None,
+) -> ImportResult:
+    """Import one trace file as a new session of ``root`` (SPEC R-TOOL-5).
+
+    Raises ``ValueError`` for an id that is not filename-safe or a file without a
+    ``session_meta``, ``FileExistsError`` when the session already exists in the root, and
+    ``ImportRefused`` (a ``ValueError``) when the validator finds errors.
+    """
+    src = Path(file)
+    data_root = root if isinstance(root, DataRoot) else DataRoot(root)
+    sid, first_ts = _first(src)
+    validate_id(sid, what="session id in session_meta")
+    if _exists(data_root, sid):
+        raise FileExistsError(f"session {sid} already exists under {data_root.home}")
+    date = _date_dir(first_ts, src)
+    with tempfile.TemporaryDirectory(prefix="penguin-import-") as tmp:
+        staged = Path(tmp) / f"{sid}_001.jsonl"
+        shutil.copyfile(src, staged)
+        findings = [
+            Finding(src, f.line, f.rule, f.severity, f.message) for f in validate_session([staged])
+        ]
+    errors = [f for f in findings if f.severity == "error"]
+    if errors:
+        raise ImportRefused(
+            f"{src}: refused, {len(errors)} validation error(s): "
+            + "; ".join(str(e) for e in errors[:5]),
+            findings=findings,
+        )
+    kwargs = {k: v for k, v in (("project", project), ("agent", agent)) if v is not None}
+    target = data_root.trace_path(sid, 1, date=date, **kwargs)
+    data_root.ensure_dir(target.parent)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.fchmod(fd, 0o600)  # whatever the umask (R-ROOT-9)
+    with os.fdopen(fd, "wb") as dst, open(src, "rb") as source:
+        shutil.copyfileobj(source, dst)
+    return ImportResult(sid, target, findings)
