@@ -227,7 +227,8 @@ class _Reader:
 
     def begin(self, at: str) -> None:
         run = self.current_run(at)
-        if self.turn is None or self.turn not in run.turns or self.last_status == "completed":
+        ongoing = bool(run.turns) and run.turns[-1] is self.turn
+        if not ongoing or self.last_status == "completed":
             self.turn = _Turn(at)
             run.turns.append(self.turn)
         self.in_request = True
@@ -248,6 +249,8 @@ class _Reader:
                 self.current_run(at).prompt.append(text)
         elif isinstance(p, TextPayload) and self.turn is not None and self.in_request:
             self.turn.reply += self.norm(p.text)
+        elif isinstance(p, TextPayload) and p.role == "assistant":
+            self.current_run(at).end = f"notice: {self.norm(p.text)}"  # e.g. max turns
         elif isinstance(p, ToolCallPayload) and self.turn is not None:
             call = _Call(p.name, _canonical(self.norm(p.arguments)), p.stop_reason or "", at)
             call.cid = p.tool_call_id

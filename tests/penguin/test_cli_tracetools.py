@@ -167,3 +167,16 @@ def test_import_then_resume(tmp_path: Path) -> None:
     assert "Back again." in run.output
     refused = invoke("--home", home, "import", str(TRACES / "hostile" / "duplicate_keys_001.jsonl"))
     assert refused.exit_code == 1 and "V-2 error" in refused.output
+
+
+def test_inspect_at_escapes_hostile_content() -> None:
+    from eventstore import RequestBeginPayload, scan_trace
+
+    path = TRACES / "hostile" / "escapes_content_001.jsonl"
+    records = [item[1] for item in scan_trace(path) if isinstance(item, tuple)]
+    last = max(i for i, r in enumerate(records) if isinstance(r.payload, RequestBeginPayload))
+    for extra in ((), ("--json",)):
+        result = invoke("inspect", str(path), "--at", f"1:{last}", *extra)
+        assert result.exit_code == 0, result.output
+        assert "\x1b" not in result.output and "\x07" not in result.output
+        assert "\x9b" not in result.output and "\u202e" not in result.output

@@ -136,3 +136,14 @@ def test_golden_divergence_is_named_by_turn_and_call(monkeypatch: pytest.MonkeyP
     assert d.structural is not None
     assert d.structural.startswith("run 1, turn 1, call ") and d.structural.endswith(": output")
     assert "by structure: run 1, turn 1, call " in str(result)
+
+
+def test_the_max_turns_notice_is_a_run_ending(tmp_path: Path) -> None:
+    paths = copy("max_turns", tmp_path / "b")
+    edit(
+        paths[0], "reached max turns", lambda p: p.update(text="[reached max turns (3); stopping]")
+    )
+    result = diff_traces(FIXTURES / "max_turns", paths)
+    assert result.first is not None
+    assert (result.first.where, result.first.what) == ("run 1", "run ending")
+    assert result.summary["status_changes"] == 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from datetime import datetime
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -194,13 +195,15 @@ def test_import_then_resume(tmp_path: Path) -> None:
     result = import_trace(src, root)
     sid = src.name.rsplit("_", 1)[0]
     assert result.session_id == sid
-    assert result.path == root.trace_path(sid, 1, date="2026-11-30")
+    first = read_trace(src).records[0].timestamp
+    date = datetime.fromisoformat(first.replace("Z", "+00:00")).astimezone().strftime("%Y-%m-%d")
+    assert result.path == root.trace_path(sid, 1, date=date)
     assert result.path.read_bytes() == src.read_bytes()
     assert result.path.stat().st_mode & 0o777 == 0o600
-    assert root.locate(sid).date == "2026-11-30"
+    assert root.locate(sid).date == date
     # the same session placed by hand resumes to the same next request
     other = DataRoot(tmp_path / "other")
-    day = other.ensure_dir(other.traces_dir() / "2026-11-30")
+    day = other.ensure_dir(other.traces_dir() / date)
     shutil.copyfile(src, day / src.name)
     ws = tmp_path / "ws"
     ws.mkdir()
