@@ -19,11 +19,13 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
+from enginekit import collect, make_env, make_session
 from hypothesis import HealthCheck, given, settings
 
-from engine import LLMRequest
+from engine import GoalOptions, LLMRequest, LocalEnvironment, allow_all
 from engine.llm import ScriptedLLM
 from eventstore import DataRoot, RequestBeginPayload, encode, read_trace, scan_trace
+from eventstore import builders as b
 from projections import ModelContext
 from replay import context_at, request_at, trace_point
 
@@ -150,7 +152,7 @@ def test_bad_positions_are_value_errors(position: tuple[int, int], message: str)
 
 
 @settings(
-    max_examples=40 if EXTENDED else 6,
+    max_examples=60 if EXTENDED else 8,
     deadline=None,
     derandomize=True,
     database=None,
@@ -185,3 +187,33 @@ def test_request_at_on_random_sessions(plan: Any) -> None:
         anyio.run(run)
     finally:
         prop.Dispatching.stream = original
+
+
+def test_request_at_in_goal_mode(tmp_path: Path) -> None:
+    """Goal rounds (SPEC §18): each round's goal block is input the fold must rebuild too."""
+    edit = {"path": "${GOAL_FILE}", "old": "\nstatus: active", "new": "\nstatus: complete"}
+    script: list[Any] = [
+        [{"text": "Progress noted."}],
+        [{"text": "More progress."}],
+        [{"tool_call": {"name": "edit_file", "arguments": edit}}],
+        [{"text": "Verified: done."}],
+    ]
+    env = make_env(tmp_path)
+
+    async def run() -> tuple[list[Path], list[LLMRequest]]:
+        session, llm = await make_session(env, script, environment=LocalEnvironment(env.workspace))
+        async with session:
+            await collect(
+                session.run(
+                    [b.user_text("make all tests pass")],
+                    approve=allow_all,
+                    goal=GoalOptions(budget=1_000_000),
+                )
+            )
+        return env.root.trace_files(session.id), llm.requests
+
+    files, sent = anyio.run(run)
+    positions = begins(files)
+    assert len(positions) == len(sent) == 4
+    for position, request in zip(positions, sent, strict=True):
+        same(request_at(files, position), request, f"goal at {position}")
