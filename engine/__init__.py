@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from eventstore import ToolDefinition
 
-from ._config import CompactionSettings, RetryPolicy
+from ._config import (
+    DEFAULT_MAX_TURNS,
+    RETRYABLE_STATUSES,
+    CompactionSettings,
+    RetryPolicy,
+    check_workspace,
+)
 from ._exceptions import EngineError, SessionBroken, SessionBusy
 from ._goal import GoalOptions
 from ._local import LocalEnvironment, ToolContext
@@ -34,6 +40,8 @@ from ._subagent import (
 from ._tools import Tool, ToolError, ToolResult, builtin_tools
 
 __all__ = [
+    "DEFAULT_MAX_TURNS",
+    "RETRYABLE_STATUSES",
     "LLM",
     "RUN_SUBAGENT",
     "AbortSignal",
@@ -62,6 +70,7 @@ __all__ = [
     "ToolResult",
     "allow_all",
     "builtin_tools",
+    "check_workspace",
     "deny_all",
     "subagent_tool",
 ]

@@ -1,19 +1,47 @@
-"""Session options that have structure: compaction and reconnect settings (API.md).
+"""Session options: compaction and reconnect settings and the session defaults (API.md).
 
-Owns: ``CompactionSettings`` and ``RetryPolicy`` with their defaults and validation, and the
-backoff ladder arithmetic (R-RETRY-3, R-RETRY-8).  Does not: wait, retry or compact.
+Owns: ``CompactionSettings`` and ``RetryPolicy`` with their defaults and validation, the backoff
+ladder arithmetic (R-RETRY-3, R-RETRY-8), the statuses a reconnect retries (R-RETRY-1), the
+default ``max_turns`` and the workspace check (R-SESSION-1) — one copy each, for the engine,
+resume, golden files and the CLI.  Does not: wait, retry or compact.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import os
+from pathlib import Path
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from projections import DEFAULT_COMPACTION_PROMPT
 from projections import markers as mk
 
-__all__ = ["CompactionSettings", "RetryPolicy", "attempt_stamp", "exhaustion_reason"]
+__all__ = [
+    "DEFAULT_MAX_TURNS",
+    "RETRYABLE_STATUSES",
+    "CompactionSettings",
+    "RetryPolicy",
+    "attempt_stamp",
+    "check_workspace",
+    "exhaustion_reason",
+]
+
+DEFAULT_MAX_TURNS: Final = 100
+"""R-MAXT-1: turns per task when the caller sets none."""
+
+RETRYABLE_STATUSES: Final = frozenset({"failed", "timeout", "malformed"})
+"""R-RETRY-1: the request statuses a reconnect may retry (``aborted`` and ``auth`` never are)."""
+
+
+def check_workspace(workspace: str | os.PathLike[str]) -> Path:
+    """R-SESSION-1: ``workspace`` must exist and be a directory; returns it resolved."""
+    path = Path(workspace)
+    if not path.exists():
+        raise FileNotFoundError(f"workspace does not exist: {workspace}")
+    if not path.is_dir():
+        raise NotADirectoryError(f"workspace is not a directory: {workspace}")
+    return path.resolve()
 
 
 class CompactionSettings(BaseModel):

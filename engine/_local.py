@@ -35,9 +35,11 @@ import anyio
 import msgspec
 import pydantic
 
-from eventstore import OmniMessage, StopReason, ToolCallPayload, ToolDefinition
+from eventstore import OmniMessage, StopReason, ToolCallPayload, ToolDefinition, make_private_dirs
 from eventstore.partials import SegmentWriter
+from projections import markers as mk
 
+from ._config import check_workspace
 from ._protocols import ApproveFn
 from ._signal import AbortSignal
 from ._subagent import SubagentRunner, subagent_tool
@@ -51,8 +53,8 @@ __all__ = [
     "ToolContext",
 ]
 
-ABORTED_NOTE: Final = "[interrupted: tool aborted by user]"
-NO_OUTPUT: Final = "[no output]"
+ABORTED_NOTE: Final = mk.PLACEHOLDER_ABORTED
+NO_OUTPUT: Final = mk.NO_OUTPUT
 ARCHIVE_DIR: Final = "truncated-tool-output"
 
 _DEFAULT_MAX_OUTPUT: Final = 16000
@@ -144,12 +146,7 @@ class LocalEnvironment:
         scratchpad: str | os.PathLike[str] | None = None,
         subagents: SubagentRunner | None = None,
     ) -> None:
-        ws = Path(workspace)
-        if not ws.exists():
-            raise FileNotFoundError(f"workspace does not exist: {ws}")
-        if not ws.is_dir():
-            raise NotADirectoryError(f"workspace is not a directory: {ws}")
-        self._workspace = ws.resolve()
+        self._workspace = check_workspace(workspace)
         registered = builtin_tools() if tools is None else list(tools)
         if subagents is not None:
             registered.append(subagent_tool(subagents))
@@ -216,7 +213,7 @@ class LocalEnvironment:
         yield seg.start()
         tool = self._tools.get(payload.name)
         if tool is None:
-            for msg in _failure(seg, f"Unknown tool: {payload.name}"):
+            for msg in _failure(seg, mk.unknown_tool(payload.name)):
                 yield msg
             return
         parsed = _parse_arguments(tool, payload.arguments)
@@ -302,9 +299,9 @@ class LocalEnvironment:
 
             notes: list[str] = []
             if out.truncated:
-                notes.append(f"[output truncated: exceeded {self._max_output_length} chars]")
+                notes.append(mk.output_truncated_note(self._max_output_length))
                 if archive is not None:
-                    notes.append(f"[output archived: {archive}]")
+                    notes.append(mk.output_archived_note(str(archive)))
             if facts.note:
                 notes.append(facts.note)
             if final_note:
@@ -332,17 +329,11 @@ def _parse_arguments(tool: Tool[Any], raw: str) -> pydantic.BaseModel | str:
     """The validated argument model, or the R-TOOL-5 failure sentence."""
     name = tool.name
     if not raw.strip():
-        return (
-            f'Tool call "{name}" failed: the arguments field is empty. '
-            "Re-issue the call with a complete JSON object."
-        )
+        return mk.arguments_empty(name)
     try:
         value = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
-        return (
-            f'Tool call "{name}" failed: the arguments are not valid JSON ({_one_line(exc)}). '
-            "Re-issue the call with one complete, valid JSON object."
-        )
+        return mk.arguments_invalid_json(name, _one_line(exc))
     try:
         model: type[pydantic.BaseModel] = tool.args
         return model.model_validate(value)
@@ -351,10 +342,7 @@ def _parse_arguments(tool: Tool[Any], raw: str) -> pydantic.BaseModel | str:
             f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}"
             for err in exc.errors()
         )
-        return (
-            f'Tool call "{name}" failed: the arguments do not match the tool schema '
-            f"({_one_line(detail)}). Re-issue the call with one complete, valid JSON object."
-        )
+        return mk.arguments_schema_mismatch(name, _one_line(detail))
 
 
 def _one_line(value: object) -> str:
@@ -417,9 +405,9 @@ class _Facts:
         ):
             return "aborted", ABORTED_NOTE
         if timed_out:
-            return "failed", f"[tool timeout: exceeded {timeout_ms}ms]"
+            return "failed", mk.tool_timeout_note(timeout_ms)
         if self.raised is not None:
-            return "failed", f"[tool error] {_describe(self.raised)}"
+            return "failed", mk.tool_error(_describe(self.raised))
         return self.status or "completed", None
 
 
@@ -628,16 +616,7 @@ class _Archive:
 
 def _private_dirs(path: Path) -> None:
     """Create ``path`` and its missing parents with mode 0700 (R-ROOT-9); refuse a symlink."""
-    missing: list[Path] = []
-    probe = path
-    while not probe.exists() and not probe.is_symlink():
-        missing.append(probe)
-        probe = probe.parent
-    for directory in reversed(missing):
-        try:
-            directory.mkdir(mode=0o700)
-        except FileExistsError:
-            continue
-        os.chmod(directory, 0o700)
+    if not path.is_symlink():
+        make_private_dirs(path)
     if path.is_symlink() or not path.is_dir():
         raise NotADirectoryError(f"not a private directory: {path}")

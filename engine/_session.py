@@ -29,7 +29,10 @@ import anyio.abc
 from anyio.streams.memory import MemoryObjectSendStream
 
 from eventstore import (
+    DEFAULT_AGENT,
+    DEFAULT_PROJECT,
     DataRoot,
+    FsyncPolicy,
     ImageUrlPayload,
     OmniMessage,
     RecordTooLarge,
@@ -53,7 +56,15 @@ from projections import markers as mk
 
 from ._agen import as_agen
 from ._compaction import CompactionRunner
-from ._config import CompactionSettings, RetryPolicy, attempt_stamp, exhaustion_reason
+from ._config import (
+    DEFAULT_MAX_TURNS,
+    RETRYABLE_STATUSES,
+    CompactionSettings,
+    RetryPolicy,
+    attempt_stamp,
+    check_workspace,
+    exhaustion_reason,
+)
 from ._exceptions import SessionBroken, SessionBusy
 from ._goal import GoalOptions, GoalRun
 from ._images import fold_images
@@ -63,11 +74,9 @@ from ._signal import AbortSignal, make_waker
 __all__ = ["Compactability", "RecordListener", "Session"]
 
 Compactability = Literal["ok", "unsupported", "empty", "just_compacted"]
-FsyncPolicy = Literal["never", "rotate", "turn", "always"]
 RecordListener = Callable[[OmniMessage, Path], None]
 """Called with each record right after it is written and folded, and the file it went to."""
 
-_RETRYABLE = frozenset({"failed", "timeout", "malformed"})
 _VALID_APPROVALS = frozenset({"allow", "deny", "forbidden"})
 
 
@@ -195,21 +204,17 @@ class Session:
         root: DataRoot | str | Path | None = None,
         workspace: str | Path,
         system_prompt: str = "",
-        project: str = "default_project",
-        agent: str = "default_agent",
+        project: str = DEFAULT_PROJECT,
+        agent: str = DEFAULT_AGENT,
         compaction: CompactionSettings | None = DEFAULT_COMPACTION,
-        max_turns: int = 100,
+        max_turns: int = DEFAULT_MAX_TURNS,
         retry: RetryPolicy = DEFAULT_RETRY,
         fsync: FsyncPolicy = "turn",
         source: Literal["subagent", "schedule"] | None = None,
     ) -> Session:
         """A new session (R-SESSION-1): validates the workspace, allocates an id, writes nothing."""
         data_root = root if isinstance(root, DataRoot) else DataRoot(root)
-        ws = await anyio.Path(workspace).resolve()
-        if not await ws.exists():
-            raise FileNotFoundError(f"workspace does not exist: {workspace}")
-        if not await ws.is_dir():
-            raise NotADirectoryError(f"workspace is not a directory: {workspace}")
+        ws = await anyio.to_thread.run_sync(check_workspace, workspace)
         now = _dt.datetime.now()
         session_id = data_root.new_session_id(now)
         date_dir = now.date().isoformat()  # R-ROOT-3: the same local date as the id
@@ -728,7 +733,7 @@ class Session:
         self, run: _Run, outcome: LLMOutcome, reconnects: int, budget: int
     ) -> int | None:
         """R-RETRY-8: present only when this failure will be retried in-run."""
-        if outcome.status not in _RETRYABLE or outcome.permanent or run.signal.aborted:
+        if outcome.status not in RETRYABLE_STATUSES or outcome.permanent or run.signal.aborted:
             return None
         if reconnects >= budget:
             return None

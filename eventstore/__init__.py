@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ._codec import decode, encode, encode_line
 from ._diagnostics import Diagnostic, DiagnosticKind
+from ._dirs import make_private_dirs
 from ._exceptions import (
     RecordTooLarge,
     SessionLocked,
@@ -12,12 +13,17 @@ from ._exceptions import (
     TraceError,
     TraceWriteError,
 )
-from ._layout import DataRoot, SessionInfo, validate_id
+from ._layout import DEFAULT_AGENT, DEFAULT_PROJECT, DataRoot, SessionInfo, validate_id
+from ._names import parse_trace_name, trace_file_name
 from ._reader import TraceRead, file_index, iter_trace, read_trace, scan_trace
 from ._schema import (
+    EVENT_PAYLOAD_TAGS,
     EVENT_PAYLOAD_TYPES,
+    EXTRA_WIRE_NAME,
+    MODEL_PAYLOAD_TAGS,
     MODEL_PAYLOAD_TYPES,
     PARTIAL_PAYLOAD_TYPES,
+    PAYLOAD_TAG_OF,
     AbortPayload,
     Approval,
     ApprovalDecisionPayload,
@@ -57,7 +63,13 @@ from ._schema import (
 from ._writer import FsyncPolicy, TraceWriter
 
 __all__ = [
+    "DEFAULT_AGENT",
+    "DEFAULT_PROJECT",
+    "EVENT_PAYLOAD_TAGS",
     "EVENT_PAYLOAD_TYPES",
+    "EXTRA_WIRE_NAME",
+    "MODEL_PAYLOAD_TAGS",
+    "PAYLOAD_TAG_OF",
     "MODEL_PAYLOAD_TYPES",
     "PARTIAL_PAYLOAD_TYPES",
     "AbortPayload",
@@ -112,7 +124,10 @@ __all__ = [
     "encode_line",
     "file_index",
     "iter_trace",
+    "make_private_dirs",
+    "parse_trace_name",
     "read_trace",
     "scan_trace",
+    "trace_file_name",
     "validate_id",
 ]

@@ -17,8 +17,10 @@ import msgspec
 
 from ._exceptions import TraceDecodeError
 from ._schema import (
+    EVENT_PAYLOAD_TAGS,
     EVENT_PAYLOAD_TYPES,
     EXTRA_WIRE_NAME,
+    MODEL_PAYLOAD_TAGS,
     MODEL_PAYLOAD_TYPES,
     EventPayload,
     ModelPayload,
@@ -74,8 +76,8 @@ _any_decoder: Final = msgspec.json.Decoder()
 _encoder: Final = msgspec.json.Encoder()
 
 _TAGGED: Final[dict[str, dict[str, type[Any]]]] = {
-    "model_msg": {cls.__struct_config__.tag: cls for cls in MODEL_PAYLOAD_TYPES},  # type: ignore[misc]
-    "event_msg": {cls.__struct_config__.tag: cls for cls in EVENT_PAYLOAD_TYPES},  # type: ignore[misc]
+    "model_msg": MODEL_PAYLOAD_TAGS,
+    "event_msg": EVENT_PAYLOAD_TAGS,
 }
 _ENVELOPE_KEYS: Final = ("timestamp", "type", "payload", "origin")
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import re
 import secrets
-import stat
 from collections.abc import Generator, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -25,8 +24,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Final, Literal, NamedTuple
 
+from ._dirs import make_private_dirs
+from ._names import parse_trace_name, trace_file_name
 from ._reader import MAX_LINE_BYTES, _scan, file_index
-from ._schema import OmniMessage, ToolListReadyPayload
+from ._residue import ResidueCheck
+from ._schema import OmniMessage
 
 __all__ = [
     "DEFAULT_AGENT",
@@ -41,7 +43,6 @@ DEFAULT_PROJECT: Final = "default_project"
 DEFAULT_AGENT: Final = "default_agent"
 
 _ID: Final = re.compile(r"^[A-Za-z0-9_-]{1,128}\Z")
-_TRACE_NAME: Final = re.compile(r"^(.+)_(\d{3,})\.jsonl\Z")
 _SESSION_ID: Final = re.compile(
     r"^session-(\d{4})-(\d{2})-(\d{2})-(\d{2})-(\d{2})-(\d{2})-[0-9a-f]{8}\Z"
 )
@@ -163,7 +164,7 @@ class DataRoot:
         validate_id(date, what="date directory")
         if isinstance(index, bool) or not isinstance(index, int) or index < 1:
             raise ValueError(f"invalid trace file index: {index!r} (must be an int >= 1)")
-        name = f"{session_id}_{index:03d}.jsonl"
+        name = trace_file_name(session_id, index)
         return self._inside(self.traces_dir(project, agent) / date / name)
 
     def lock_path(
@@ -257,22 +258,7 @@ class DataRoot:
         (R-ROOT-9): each level this call creates is ``chmod``-ed after ``mkdir``; levels that
         already exist are left alone.  ``path`` must be under the root."""
         target = self._inside(Path(path) if Path(path).is_absolute() else self.home / path)
-        missing: list[Path] = []
-        level = target
-        while not level.exists():
-            missing.append(level)
-            if level.parent == level:
-                break
-            level = level.parent
-        for level in reversed(missing):
-            try:
-                level.mkdir(mode=0o700)
-            except FileExistsError:
-                continue  # created concurrently: not ours to chmod
-            os.chmod(level, stat.S_IRWXU)
-        if not target.is_dir():
-            raise NotADirectoryError(f"not a directory: {target}")
-        return target
+        return make_private_dirs(target)
 
     def write_private(self, path: str | os.PathLike[str], data: bytes) -> Path:
         """Replace the file ``path`` (under the root) with ``data``, mode 0600 whatever the
@@ -350,11 +336,11 @@ class DataRoot:
                 traces = agents_dir / ag / "traces"
                 for date in self._dirs(traces):
                     for name, path in self._files(traces / date):
-                        m = _TRACE_NAME.match(name)
-                        if m is None or (session_id is not None and m.group(1) != session_id):
+                        parsed = parse_trace_name(name)
+                        if parsed is None or session_id not in (None, parsed[0]):
                             continue
                         self._inside(path)
-                        yield proj, ag, date, m.group(1), int(m.group(2)), path
+                        yield proj, ag, date, parsed[0], parsed[1], path
 
     def _dirs(self, parent: Path) -> list[str]:
         """Names of the subdirectories of ``parent`` that are valid ids, sorted; a symlinked
@@ -389,18 +375,9 @@ class DataRoot:
 def _is_residue(path: Path) -> bool:
     """R-ROOT-10 crash residue: no decodable ``session_meta``, or (index > 1) nothing but the
     rotation head.  Reads only as far as it takes to decide."""
-    index = file_index(path) or 1
-    has_meta = False
-    beyond_head = False
+    check = ResidueCheck(file_index(path) or 1)
     with closing(_records(path)) as records:
-        for record in records:
-            if record.type == "session_meta":
-                has_meta = True
-            elif not isinstance(record.payload, ToolListReadyPayload):
-                beyond_head = True
-            if has_meta and (index == 1 or beyond_head):
-                return False
-    return True
+        return not any(check.feed(record) for record in records)
 
 
 def _peek(path: Path, *, want: Literal["session_meta", "other"]) -> bool:

@@ -29,7 +29,6 @@ happen only after a line failed to decode.
 from __future__ import annotations
 
 import os
-import re
 import sys
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -40,7 +39,9 @@ import msgspec
 from ._codec import _LINE_TYPES, _decode_typed_line, decode
 from ._diagnostics import Diagnostic
 from ._exceptions import TraceDecodeError
-from ._schema import OmniMessage, ToolListReadyPayload
+from ._names import parse_trace_name
+from ._residue import ResidueCheck
+from ._schema import OmniMessage
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -57,7 +58,6 @@ MAX_LINE_BYTES: Final = 256 * 2**20
 _CHUNK_BYTES: Final = 2**20
 _BOM: Final = b"\xef\xbb\xbf"
 _MAX_LINES_SHOWN: Final = 20
-_TRACE_NAME: Final = re.compile(r"^(.+)_(\d{3,})\.jsonl\Z")
 
 # One chunk's worth of output from the scanner:
 #   first   line number of the chunk's first complete line
@@ -365,19 +365,11 @@ def _read(
 def _unless_residue(batches: Iterator[_Batch], path: Path, index: int) -> Iterator[_Batch]:
     """Hold records back until the file is known not to be crash residue (R-ROOT-10)."""
     held: list[OmniMessage] = []
-    has_meta = False
-    beyond_head = False
+    check = ResidueCheck(index)
     decided = False
     for first, records, gaps, diags in batches:
         if not decided:
-            for record in records:
-                if record.type == "session_meta":
-                    has_meta = True
-                elif not isinstance(record.payload, ToolListReadyPayload):
-                    beyond_head = True
-                if has_meta and (index == 1 or beyond_head):
-                    decided = True
-                    break
+            decided = any(check.feed(record) for record in records)
             if decided:
                 records = held + records
                 held = []
@@ -385,13 +377,8 @@ def _unless_residue(batches: Iterator[_Batch], path: Path, index: int) -> Iterat
                 held += records
                 records = []
         yield first, records, gaps, diags
-    if decided:
-        return
-    if has_meta:
-        detail = "holds nothing but its rotation head; ignored as crash residue (R-ROOT-10)"
-    else:
-        detail = "holds no decodable session_meta; ignored as crash residue (R-ROOT-10)"
-    yield 0, [], None, [Diagnostic(path, 1, "empty_file", detail)]
+    if not decided:
+        yield 0, [], None, [Diagnostic(path, 1, "empty_file", check.detail)]
 
 
 def _report(path: Path, lines: Sequence[int]) -> None:
@@ -406,5 +393,5 @@ def _report(path: Path, lines: Sequence[int]) -> None:
 
 def file_index(path: PathLike) -> int | None:
     """The ``_NNN`` index of a trace file name (R-ROOT-4), or ``None`` when it has none."""
-    m = _TRACE_NAME.match(Path(path).name)
-    return int(m.group(2)) if m else None
+    parsed = parse_trace_name(path)
+    return parsed[1] if parsed is not None else None

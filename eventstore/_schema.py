@@ -20,6 +20,9 @@ __all__ = [
     "EVENT_PAYLOAD_TYPES",
     "MODEL_PAYLOAD_TYPES",
     "PARTIAL_PAYLOAD_TYPES",
+    "MODEL_PAYLOAD_TAGS",
+    "EVENT_PAYLOAD_TAGS",
+    "PAYLOAD_TAG_OF",
     "AbortPayload",
     "ApprovalDecisionPayload",
     "Approval",
@@ -390,6 +393,24 @@ EVENT_PAYLOAD_TYPES: Final[tuple[type[_Payload], ...]] = (
     McpConnectEndPayload,
     GoalFinishedPayload,
 )
+
+
+def _tag(cls: type[_Payload]) -> str:
+    tag = cls.__struct_config__.tag
+    assert isinstance(tag, str)
+    return tag
+
+
+# The payload tag <-> class map, one copy for the codec, the validator and the tools.
+MODEL_PAYLOAD_TAGS: Final[dict[str, type[_Payload]]] = {_tag(c): c for c in MODEL_PAYLOAD_TYPES}
+"""``model_msg`` payload ``type`` -> class (partials included)."""
+EVENT_PAYLOAD_TAGS: Final[dict[str, type[_Payload]]] = {_tag(c): c for c in EVENT_PAYLOAD_TYPES}
+"""``event_msg`` payload ``type`` -> class."""
+PAYLOAD_TAG_OF: Final[dict[type[Any], str]] = {
+    **{c: t for t, c in MODEL_PAYLOAD_TAGS.items()},
+    **{c: t for t, c in EVENT_PAYLOAD_TAGS.items()},
+}
+"""Payload class -> its ``type`` tag (``SessionMetaPayload`` has none)."""
 
 
 class OmniMessage(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -18,7 +18,6 @@ import errno as _errno
 import fcntl
 import io
 import os
-import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -27,13 +26,15 @@ from typing import Final, Literal, NoReturn, TypeAlias, get_args
 
 from ._codec import decode, encode_line
 from ._diagnostics import Diagnostic
+from ._dirs import make_private_dirs, sync_dir
 from ._exceptions import RecordTooLarge, SessionLocked, TraceDecodeError, TraceWriteError
+from ._names import parse_trace_name, trace_file_name
+from ._residue import is_rotation_head
 from ._schema import (
     AbortPayload,
     CompactionEndPayload,
     OmniMessage,
     RequestEndPayload,
-    ToolListReadyPayload,
 )
 from .builders import is_recordable
 
@@ -42,7 +43,6 @@ __all__ = ["FsyncPolicy", "TraceWriter"]
 FsyncPolicy: TypeAlias = Literal["never", "rotate", "turn", "always"]
 
 _POLICIES: Final = frozenset(get_args(FsyncPolicy))
-_FILE_NAME: Final = re.compile(r"^(.+)_(\d{3,})\.jsonl\Z")
 # Readers treat a longer line as malformed (R-TRACE-17), so the writer must never produce one.
 _READER_LINE_LIMIT: Final = 256 * 2**20
 # The records after which the "turn" policy makes the file durable (R-TRACE-16).
@@ -52,10 +52,8 @@ _TURN_END: Final[frozenset[type]] = frozenset(
 # Payload type -> is_recordable for an origin-free message (filled on first sight).
 _RECORDABLE_TYPES: Final[dict[type, bool]] = {}
 _FILE_MODE: Final = 0o600
-_DIR_MODE: Final = 0o700
 _CHUNK: Final = 1 << 20
 _CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
-_DIRECTORY: Final = getattr(os, "O_DIRECTORY", 0)
 
 
 class _NoProgress(OSError):
@@ -97,12 +95,9 @@ class TraceWriter:
                 f"longer lines), got {max_record_bytes}"
             )
         path = Path(path)
-        match = _FILE_NAME.match(path.name)
-        if match is not None:
-            self._stem: str | None = match.group(1)
-            self._index = int(match.group(2))
-        else:
-            self._stem, self._index = None, 0
+        parsed = parse_trace_name(path)
+        self._stem: str | None = parsed[0] if parsed is not None else None
+        self._index = parsed[1] if parsed is not None else 0
         if session_id is None:
             session_id = self._stem if self._stem is not None else path.stem
         self.session_id: Final = session_id
@@ -129,7 +124,7 @@ class TraceWriter:
         )
         for directory in {path.parent, self._lock_path.parent}:
             try:
-                _make_dirs(directory, sync=self._sync_dirs)
+                make_private_dirs(directory, sync=self._sync_dirs)
             except OSError as exc:
                 raise TraceWriteError(
                     _describe(exc, "cannot create the trace directory"),
@@ -323,7 +318,7 @@ class TraceWriter:
         if self._stem is None:
             raise ValueError(f"cannot rotate {self._path}: its name has no _NNN index")
         new_index = self._index + 1
-        new_path = self._path.with_name(f"{self._stem}_{new_index:03d}.jsonl")
+        new_path = self._path.with_name(trace_file_name(self._stem, new_index))
         # Open the target before giving up the current file, so a refused target leaves the
         # writer appending where it was.
         new_fd, new_offset = self._open_trace(new_path, reuse_residue=True)
@@ -428,7 +423,7 @@ class TraceWriter:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             if created and self._sync_dirs:
-                _sync_dir(path.parent)
+                sync_dir(path.parent)
         except OSError as exc:
             os.close(fd)
             if isinstance(exc, TraceWriteError):
@@ -457,7 +452,7 @@ class TraceWriter:
             if created:
                 if self._sync_dirs:
                     parent = path.parent
-                    self._durable(lambda: _sync_dir(parent), path, "fsync of the directory failed")
+                    self._durable(lambda: sync_dir(parent), path, "fsync of the directory failed")
                 return fd, 0
             size = os.fstat(fd).st_size
             if reuse_residue:
@@ -573,36 +568,6 @@ def _open_file(path: Path, flags: int) -> tuple[int, bool]:
             continue  # removed between the two opens: try to create it again
 
 
-def _make_dirs(directory: Path, *, sync: bool) -> None:
-    """Create ``directory`` and missing parents as 0700 whatever the umask (R-ROOT-9)."""
-    missing: list[Path] = []
-    current = directory
-    while not current.is_dir():
-        missing.append(current)
-        if current.parent == current:
-            break
-        current = current.parent
-    for d in reversed(missing):
-        try:
-            os.mkdir(d, _DIR_MODE)
-        except FileExistsError:
-            if not d.is_dir():
-                raise
-            continue
-        os.chmod(d, _DIR_MODE)
-        if sync:
-            _sync_dir(d.parent)
-
-
-def _sync_dir(directory: Path) -> None:
-    """Make a new directory entry durable (R-TRACE-16)."""
-    fd = os.open(directory, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _read_pid(fd: int) -> int | None:
     try:
         text = os.pread(fd, 64, 0)
@@ -657,9 +622,6 @@ def _is_residue(path: Path, size: int) -> bool:
             msg = decode(raw)
         except TraceDecodeError:
             return False
-        if msg.type == "session_meta":
-            continue
-        if msg.type == "event_msg" and isinstance(msg.payload, ToolListReadyPayload):
-            continue
-        return False
+        if not is_rotation_head(msg):
+            return False
     return True

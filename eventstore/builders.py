@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from ._schema import (
     PARTIAL_PAYLOAD_TYPES,
+    PAYLOAD_TAG_OF,
     AbortPayload,
     Approval,
     ApprovalDecisionPayload,
@@ -460,8 +461,7 @@ def payload_type(msg: OmniMessage) -> str | None:
     payload = msg.payload
     if isinstance(payload, UnknownPayload):
         return payload.type
-    tag = payload.__struct_config__.tag
-    return tag if isinstance(tag, str) else None
+    return PAYLOAD_TAG_OF.get(type(payload))
 
 
 def stop_reason_of(msg: OmniMessage) -> StopReason:

@@ -95,6 +95,10 @@ __all__ = [
     "unknown_tool",
     "unwrap_synthetic_block",
     "wrap_context_summary",
+    "parse_max_turns_notice",
+    "parse_retries_exhausted",
+    "parse_attached_line",
+    "attached_line",
 ]
 
 TranscriptTag: TypeAlias = Literal["turn_aborted", "turn_retried"]
@@ -196,6 +200,17 @@ def abort_llm_failed(retries: int, detail: str | None) -> str:
     return f"llm request failed after {retries} retries: {_detail(detail)}"
 
 
+_RETRIES_EXHAUSTED: Final = re.compile(
+    r"^(?:reconnect|malformed response|llm request) failed after (\d+) retries"
+)
+
+
+def parse_retries_exhausted(reason: str) -> int | None:
+    """The retry budget an ``abort_*_failed`` reason spells out (R-RETRY-10), else ``None``."""
+    m = _RETRIES_EXHAUSTED.search(reason)
+    return int(m.group(1)) if m else None
+
+
 def abort_trace_write_failed(detail: str) -> str:
     """R-TRACE-15."""
     return f"{ABORT_TRACE_WRITE_FAILED_PREFIX}{detail}"
@@ -214,6 +229,15 @@ def request_timeout_message(timeout_ms: int) -> str:
 def max_turns_notice(max_turns: int) -> str:
     """R-MAXT-2 (no leading newline)."""
     return f"[reached max turns ({max_turns}); stopping]"
+
+
+_MAX_TURNS_NOTICE: Final = re.compile(r"^\[reached max turns \((\d+)\); stopping\]\Z")
+
+
+def parse_max_turns_notice(text: str) -> int | None:
+    """The ``max_turns`` a ``max_turns_notice`` states, or ``None`` when ``text`` is none."""
+    m = _MAX_TURNS_NOTICE.match(text)
+    return int(m.group(1)) if m else None
 
 
 def approve_threw_warning(message: str) -> str:
@@ -288,6 +312,22 @@ def attached_image_line(target: str) -> str:
 def attached_file_line(path: str) -> str:
     """Appendix A (R-FORK-7 rewrites these)."""
     return f"[attached file: {path}]"
+
+
+_ATTACHED: Final = re.compile(r"^\[attached (image|file): ([^\n]*)\]\Z")
+
+
+def parse_attached_line(line: str) -> tuple[Literal["image", "file"], str] | None:
+    """``(kind, target)`` of an ``attached_image_line`` / ``attached_file_line``, else ``None``."""
+    m = _ATTACHED.match(line)
+    if m is None:
+        return None
+    return ("image" if m.group(1) == "image" else "file"), m.group(2)
+
+
+def attached_line(kind: Literal["image", "file"], target: str) -> str:
+    """The attachment line of ``kind`` (what ``parse_attached_line`` reads back)."""
+    return attached_image_line(target) if kind == "image" else attached_file_line(target)
 
 
 def title_prompt(user_material: str, assistant_material: str = "") -> str:

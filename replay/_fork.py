@@ -18,7 +18,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import re
 import shutil
 import stat
 from collections.abc import Generator, Iterator
@@ -41,11 +40,11 @@ from eventstore import (
     scan_trace,
 )
 from projections import ModelContext
+from projections import markers as mk
 from projections.markers import is_task_starting
 
 __all__ = ["fork_session"]
 
-_ATTACHED: Final = re.compile(r"^\[attached (image|file): ([^\n]*)\]\Z")
 _TMP_SUFFIX: Final = ".fork-tmp"
 _BOM: Final = b"\xef\xbb\xbf"
 _FILE_MODE: Final = 0o600
@@ -362,13 +361,13 @@ class _Rewriter:
         lines = text.split("\n")
         changed = False
         for i, line in enumerate(lines):
-            m = _ATTACHED.match(line)
-            if m is None:
+            attached = mk.parse_attached_line(line)
+            if attached is None:
                 continue
-            target = m.group(2)
+            kind, target = attached
             for old, new in self.paths:
                 if target == old or target.startswith(old + "/"):
-                    lines[i] = f"[attached {m.group(1)}: {new}{target[len(old) :]}]"
+                    lines[i] = mk.attached_line(kind, f"{new}{target[len(old) :]}")
                     changed = True
                     break
         return "\n".join(lines) if changed else text

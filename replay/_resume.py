@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from engine import LLM, Environment, Session
+from engine import DEFAULT_MAX_TURNS, LLM, Environment, Session, check_workspace
 from eventstore import (
     DataRoot,
     OmniMessage,
@@ -147,11 +147,8 @@ async def resume_session(
             raise RuntimeError(f"{latest}: the session's latest file changed while resuming")
         payload = meta.payload
         assert isinstance(payload, SessionMetaPayload)
-        ws = anyio.Path(workspace if workspace is not None else payload.workspace)
-        if not await ws.exists():
-            raise FileNotFoundError(f"workspace does not exist: {ws}")
-        if not await ws.is_dir():
-            raise NotADirectoryError(f"workspace is not a directory: {ws}")
+        given = workspace if workspace is not None else payload.workspace
+        ws = await anyio.to_thread.run_sync(check_workspace, given)
         for closure in ctx.closure_records():  # R-RESUME-14a, R-RESUME-14
             writer.append(closure)
             ctx.apply(closure)
@@ -167,10 +164,10 @@ async def resume_session(
         project=location.project,
         agent=location.agent,
         date_dir=latest.parent.name,
-        workspace=Path(await ws.resolve()),
+        workspace=ws,
         meta=meta,
         compaction=options.get("compaction", Session.DEFAULT_COMPACTION),
-        max_turns=options.get("max_turns", 100),
+        max_turns=options.get("max_turns", DEFAULT_MAX_TURNS),
         retry=options.get("retry", Session.DEFAULT_RETRY),
         fsync=fsync,
         trace_path=latest,

@@ -35,7 +35,6 @@ Choices where the SPEC leaves room (all documented in the rule's handler below):
 from __future__ import annotations
 
 import glob
-import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -44,10 +43,13 @@ from typing import IO, Any, Final, Literal, TypeAlias
 
 import msgspec
 
+from engine import RETRYABLE_STATUSES
 from eventstore import (
-    EVENT_PAYLOAD_TYPES,
-    MODEL_PAYLOAD_TYPES,
+    EVENT_PAYLOAD_TAGS,
+    EXTRA_WIRE_NAME,
+    MODEL_PAYLOAD_TAGS,
     PARTIAL_PAYLOAD_TYPES,
+    PAYLOAD_TAG_OF,
     AbortPayload,
     ApprovalDecisionPayload,
     CompactionBeginPayload,
@@ -70,8 +72,8 @@ from eventstore import (
     TraceDecodeError,
     UnknownPayload,
     decode,
+    parse_trace_name,
 )
-from eventstore._schema import EXTRA_WIRE_NAME
 from projections import markers as mk
 
 __all__ = ["Finding", "Severity", "validate_file", "validate_paths", "validate_session"]
@@ -96,7 +98,6 @@ class Finding:
 
 # --------------------------------------------------------------------------- constants
 
-_FILE_NAME: Final = re.compile(r"(.+)_(\d{3,})\.jsonl")
 # R-TRACE-17: a longer line is malformed and is never held in memory.  Module-level so that tests
 # can lower it.
 _MAX_LINE_BYTES: int = 256 * 1024 * 1024
@@ -104,23 +105,13 @@ _SKIP_CHUNK: Final = 1 << 20
 
 # The exact strings and block grammars are the projections' (one spelling, SPEC Appendix A).
 _DENIAL_TEXT: Final = {"deny": mk.DENIED_BY_USER, "forbidden": mk.DENIED_BY_POLICY}
-_RETRYABLE: Final = frozenset({"failed", "timeout", "malformed"})
+_RETRYABLE: Final = RETRYABLE_STATUSES
 _STEERING_PREFIXES: Final = ("[user_steering]", "<user_steering>")
 
 
-_MODEL_TAGS: Final[dict[str, type[Any]]] = {
-    cls.__struct_config__.tag: cls  # type: ignore[misc]
-    for cls in MODEL_PAYLOAD_TYPES
-}
-_EVENT_TAGS: Final[dict[str, type[Any]]] = {
-    cls.__struct_config__.tag: cls  # type: ignore[misc]
-    for cls in EVENT_PAYLOAD_TYPES
-}
-_KIND: Final[dict[type[Any], str]] = {
-    **{cls: tag for tag, cls in _MODEL_TAGS.items()},
-    **{cls: tag for tag, cls in _EVENT_TAGS.items()},
-    SessionMetaPayload: "session_meta",
-}
+_MODEL_TAGS: Final = MODEL_PAYLOAD_TAGS
+_EVENT_TAGS: Final = EVENT_PAYLOAD_TAGS
+_KIND: Final[dict[type[Any], str]] = {**PAYLOAD_TAG_OF, SessionMetaPayload: "session_meta"}
 # §2.3: the roles each complete model payload may carry.
 _ROLES: Final[dict[type[Any], frozenset[str]]] = {
     ImageUrlPayload: frozenset({"user"}),
@@ -138,11 +129,6 @@ def _kind(msg: OmniMessage) -> str:
     if isinstance(payload, UnknownPayload):
         return payload.type or msg.type
     return _KIND.get(type(payload), msg.type)
-
-
-def _parse_name(path: Path) -> tuple[str, int] | None:
-    m = _FILE_NAME.fullmatch(path.name)
-    return (m.group(1), int(m.group(2))) if m else None
 
 
 def _ts_key(ts: str) -> datetime | None:
@@ -539,7 +525,7 @@ class _Checker:
                     line,
                     "V-9",
                     f"output for {cid} inside a compaction span is not the failed repair "
-                    "'[tool error] the compaction request expects a summary, not tool calls'",
+                    f"'{mk.COMPACTION_REPAIR}'",
                 )
             return
         # V-8
@@ -940,7 +926,7 @@ def validate_file(
     all; the session-wide toolset and the other cross-file checks need ``validate_session``.
     """
     path = Path(path)
-    parsed = _parse_name(path)
+    parsed = parse_trace_name(path)
     name_id, index = parsed if parsed else (None, None)
     is_highest = True
     if parsed is not None:
@@ -950,7 +936,7 @@ def validate_file(
         else:
             candidates = session_files
         for other in candidates:
-            other_parsed = _parse_name(Path(other))
+            other_parsed = parse_trace_name(Path(other))
             if other_parsed and other_parsed[0] == name_id and other_parsed[1] > (index or 0):
                 is_highest = False
                 break
@@ -967,7 +953,7 @@ def validate_session(paths: Sequence[Path], *, strict: bool = False) -> list[Fin
     files = sorted({Path(p) for p in paths}, key=_order_key)
     if not files:
         return []
-    parsed = [_parse_name(p) for p in files]
+    parsed = [parse_trace_name(p) for p in files]
     ids = {p[0] for p in parsed if p is not None}
     if len(ids) > 1 or (ids and len(files) > 1 and any(p is None for p in parsed)):
         raise ValueError(f"files of more than one session: {sorted(ids)}")
@@ -1018,7 +1004,7 @@ def validate_paths(paths: Iterable[Path], *, strict: bool = False) -> list[Findi
 
     groups: dict[tuple[Path, str] | Path, list[Path]] = {}
     for q in files:
-        info = _parse_name(q)
+        info = parse_trace_name(q)
         key: tuple[Path, str] | Path = (q.resolve().parent.parent, info[0]) if info else q
         groups.setdefault(key, []).append(q)
     findings: list[Finding] = []
@@ -1110,7 +1096,7 @@ def _index_findings(summaries: list[_FileSummary]) -> list[Finding]:
 
 
 def _order_key(p: Path) -> tuple[str, int, str]:
-    info = _parse_name(p)
+    info = parse_trace_name(p)
     return (info[0], info[1], str(p)) if info else ("", 0, str(p))
 
 

@@ -63,7 +63,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -73,7 +72,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import anyio
 import msgspec
 
-from engine import CompactionSettings, RetryPolicy, Session
+from engine import DEFAULT_MAX_TURNS, CompactionSettings, RetryPolicy, Session
 from eventstore import (
     AbortPayload,
     CompactionBeginPayload,
@@ -104,12 +103,7 @@ __all__ = [
     "replay_trace",
 ]
 
-_MAX_TURNS_NOTICE: Final = re.compile(r"^\[reached max turns \((\d+)\); stopping\]\Z")
-_EXHAUSTED: Final = re.compile(
-    r"^(?:reconnect|malformed response|llm request) failed after (\d+) retries"
-)
 _META_DROPPED: Final = ("session_id", "agent_state", "workspace")
-_DEFAULT_MAX_TURNS: Final = 100
 
 
 # --------------------------------------------------------------------------- results
@@ -424,9 +418,9 @@ def _infer(
             if awaiting_prompt and p.role == "user":
                 prompt = p.text
                 awaiting_prompt = False
-            match = _MAX_TURNS_NOTICE.match(p.text) if p.role == "assistant" else None
-            if match and notice_turns is None:
-                notice_turns = int(match.group(1))
+            stated = mk.parse_max_turns_notice(p.text) if p.role == "assistant" else None
+            if stated is not None and notice_turns is None:
+                notice_turns = stated
         elif isinstance(p, CompactionBeginPayload):
             in_compaction = True
             mode = mode or p.mode
@@ -454,9 +448,9 @@ def _infer(
                 compaction_exhausted = p.attempt - 1
             last_in_span = None
         elif isinstance(p, AbortPayload):
-            found = _EXHAUSTED.search(p.reason or "")
-            if found and exhausted is None:
-                exhausted = int(found.group(1))  # R-RETRY-10: the budget, spelled out
+            found = mk.parse_retries_exhausted(p.reason or "")
+            if found is not None and exhausted is None:
+                exhausted = found  # R-RETRY-10: the budget, spelled out
         elif isinstance(p, RequestEndPayload):
             attempt = p.attempt or 1
             if p.retry_in_ms is not None:
@@ -501,7 +495,7 @@ def _infer(
         mode=compaction_mode or mode or "summarize",
         prompt=prompt if prompt is not None else DEFAULT_COMPACTION_PROMPT,
     )
-    turns = max_turns if max_turns is not None else (notice_turns or _DEFAULT_MAX_TURNS)
+    turns = max_turns if max_turns is not None else (notice_turns or DEFAULT_MAX_TURNS)
     return _Settings(max_turns=turns, compaction=compaction, retry=retry)
 
 

@@ -35,6 +35,7 @@ from eventstore.builders import (
     user_text,
 )
 from eventstore.partials import SegmentWriter
+from projections import markers as mk
 
 __all__ = [
     "DEFAULT_SCRIPT",
@@ -52,8 +53,8 @@ ScriptSource: TypeAlias = "Script | Mapping[str, Any] | Sequence[Any] | str | os
 
 _STOP_REASONS: Final[frozenset[str]] = frozenset(get_args(StopReason))
 _FAIL_STATUSES: Final[frozenset[str]] = _STOP_REASONS - {"completed"}
-_ABORT_NOTE: Final = "[interrupted: tool aborted by user]"
-_NO_OUTPUT: Final = "[no output]"
+_ABORT_NOTE: Final = mk.PLACEHOLDER_ABORTED
+_NO_OUTPUT: Final = mk.NO_OUTPUT
 
 # Top-level keys with a meaning; any other top-level key (``description``, ``comment``, …) is
 # documentation and is kept in ``Script.extra``.

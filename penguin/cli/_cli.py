@@ -28,9 +28,24 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from engine import CompactionSettings, LocalEnvironment, RetryPolicy, Session, allow_all
+from engine import (
+    DEFAULT_MAX_TURNS,
+    CompactionSettings,
+    LocalEnvironment,
+    RetryPolicy,
+    Session,
+    allow_all,
+)
 from engine.llm import DEFAULT_SCRIPT, ScriptedLLM
-from eventstore import DataRoot, OmniMessage, SessionMetaPayload, encode, validate_id
+from eventstore import (
+    DEFAULT_AGENT,
+    DEFAULT_PROJECT,
+    DataRoot,
+    OmniMessage,
+    SessionMetaPayload,
+    encode,
+    validate_id,
+)
 from eventstore.builders import user_text
 from projections import ModelContext, SessionState
 from replay import Finding, load_session, resume_session, validate_session
@@ -48,6 +63,7 @@ from ._clikit import (
     resolve_target,
     sniff_trace,
     total_bytes,
+    workspace_dir,
     write_json,
 )
 from ._follow import follow
@@ -362,18 +378,14 @@ def run(
     with errors_to_exit_codes():
         g = _globals(ctx)
         model_llm = build_llm(_llm_options(script, llm, model, base_url, api_key_env))
-        ws = (workspace or Path.cwd()).expanduser()
-        if not ws.exists():
-            raise CliError(f"workspace does not exist: {safe(str(ws))}")
-        if not ws.is_dir():
-            raise CliError(f"workspace is not a directory: {safe(str(ws))}")
+        ws = workspace_dir((workspace or Path.cwd()).expanduser())
         compaction = build_compaction(
             max_context_length=max_context_length,
             max_session_turns=max_session_turns,
             compaction_mode=compaction_mode.value if compaction_mode else None,
         )
-        turns = 100 if max_turns is None else max_turns
-        project, agent = g.project or "default_project", g.agent or "default_agent"
+        turns = DEFAULT_MAX_TURNS if max_turns is None else max_turns
+        project, agent = g.project or DEFAULT_PROJECT, g.agent or DEFAULT_AGENT
         host: Subagents | None = None
         if subagents:
             host = build_subagents(
@@ -485,11 +497,10 @@ def resume(
 
         meta_payload = meta.payload
         assert isinstance(meta_payload, SessionMetaPayload)
-        ws = (workspace or Path(meta_payload.workspace)).expanduser()
-        if not ws.is_dir():
-            raise CliError(
-                f"workspace does not exist: {safe(str(ws))} (pass --workspace DIR to use another)"
-            )
+        ws = workspace_dir(
+            (workspace or Path(meta_payload.workspace)).expanduser(),
+            hint=" (pass --workspace DIR to use another)",
+        )
         options = _llm_options(script, llm, model, base_url, api_key_env)
         model_llm = build_llm(options)
         environment = environment_for(model_llm, ws)
@@ -510,7 +521,7 @@ def resume(
                 project=location.project,
                 agent=location.agent,
                 compaction=compaction,
-                max_turns=100 if max_turns is None else max_turns,
+                max_turns=DEFAULT_MAX_TURNS if max_turns is None else max_turns,
             )
             return await _one_task(
                 session, model_llm, message, approve=approve.value, as_json=as_json, host=None

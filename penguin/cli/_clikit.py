@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import codecs
 import os
-import re
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -20,7 +19,8 @@ from typing import Any, Final
 
 from rich.console import Console
 
-from eventstore import DataRoot, SessionLocked, TraceError, decode, validate_id
+from engine import check_workspace
+from eventstore import DataRoot, SessionLocked, TraceError, decode, parse_trace_name, validate_id
 
 from ._safe import safe, safe_json
 
@@ -35,10 +35,10 @@ __all__ = [
     "resolve_target",
     "sniff_trace",
     "trace_name",
+    "workspace_dir",
     "write_json",
 ]
 
-_TRACE_NAME: Final = re.compile(r"^(.+)_(\d{3,})\.jsonl\Z")
 _SNIFF_BYTES: Final = 64 * 1024
 _SNIFF_LINES: Final = 64
 _PIPE_WIDTH: Final = 1000
@@ -136,13 +136,19 @@ def _fail(message: str) -> None:
     err_console().print("penguin: " + safe(message), style="red", soft_wrap=True)
 
 
+def workspace_dir(path: Path, *, hint: str = "") -> Path:
+    """``path`` after the engine's workspace check (R-SESSION-1); its failure as a ``CliError``."""
+    try:
+        check_workspace(path)
+    except OSError as exc:
+        raise CliError(safe(str(exc)) + hint) from exc
+    return path
+
+
 # --------------------------------------------------------------------------- trace files
 
 
-def trace_name(path: Path) -> tuple[str, int] | None:
-    """``(session_id, index)`` of a ``<id>_<NNN>.jsonl`` file name, else None."""
-    m = _TRACE_NAME.match(path.name)
-    return (m.group(1), int(m.group(2))) if m else None
+trace_name = parse_trace_name  # the one spelling lives in eventstore (R-ROOT-4)
 
 
 def sniff_trace(path: Path) -> None:

@@ -24,6 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from eventstore import (
+    PAYLOAD_TAG_OF,
     AbortPayload,
     ApprovalDecisionPayload,
     CompactionBeginPayload,
@@ -147,8 +148,7 @@ def kind_of(record: OmniMessage) -> str:
     p = record.payload
     if isinstance(p, UnknownPayload):
         return p.type or "?"
-    tag = getattr(type(p), "__struct_config__", None)
-    return str(tag.tag) if tag is not None and tag.tag is not None else record.type
+    return PAYLOAD_TAG_OF.get(type(p), record.type)
 
 
 def describe(record: OmniMessage) -> str:

@@ -1,0 +1,27 @@
+"""Trace file names (SPEC R-ROOT-4): ``<session_id>_<NNN>.jsonl``, NNN zero-padded to 3+ digits.
+
+Owns: the one spelling of the pattern, both ways.  Does not: validate ids (``_layout``) or
+touch the file system.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Final
+
+__all__ = ["parse_trace_name", "trace_file_name"]
+
+_TRACE_NAME: Final = re.compile(r"^(.+)_(\d{3,})\.jsonl\Z")
+
+
+def trace_file_name(session_id: str, index: int) -> str:
+    """The name of file ``index`` (1-based) of ``session_id``."""
+    return f"{session_id}_{index:03d}.jsonl"
+
+
+def parse_trace_name(path: str | os.PathLike[str]) -> tuple[str, int] | None:
+    """``(session_id, index)`` of a trace file name (or path), ``None`` when it is none."""
+    m = _TRACE_NAME.match(Path(path).name)
+    return (m.group(1), int(m.group(2))) if m else None
