@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import stat
 from collections.abc import Generator, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
