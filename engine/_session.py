@@ -178,6 +178,7 @@ class Session:
         self._entered = False
         self._closed = False
         self._active: _Run | None = None
+        self._compacting: _Run | None = None
         self._busy = False
         self._broken: str | None = None
         self._write_failed = False
@@ -268,8 +269,9 @@ class Session:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        # R-SESSION-2: abort a running task, wait for every tool task, close everything.
-        active = self._active
+        # R-SESSION-2: abort a running task (or manual compaction), wait for every tool task,
+        # close everything.
+        active = self._active or self._compacting
         if active is not None:
             active.signal.abort()
         try:
@@ -1000,6 +1002,7 @@ class Session:
         assert self._tg is not None
         # The compaction runs in the session's task group, as a run's driver does, so that a
         # cancelled caller ends it exactly like an abort (R-COMPACT-26, R-COMPACT-18).
+        self._compacting = run
         self._tg.start_soon(self._drive_compaction, run, on_message, status)
         try:
             await run.done.wait()
@@ -1012,7 +1015,7 @@ class Session:
             forget()
         if run.error is not None:
             raise run.error
-        return status[0]
+        return status[0] if status else "aborted"
 
     async def _drive_compaction(
         self,
@@ -1034,6 +1037,7 @@ class Session:
                 run.error = failure.cause
         finally:
             self._busy = False
+            self._compacting = None
             run.send.close()
             run.done.set()
             if self._broken is not None:

@@ -583,3 +583,35 @@ async def test_r_resume_15b_compaction_end_closes_an_open_span_like_14a(env: Env
     assert body(ctx.pending_summary) == mk.wrap_context_summary("S")
     assert state.rotation_pending and state.turns_in_context == 0
     assert state.turns_total == 1
+
+
+async def test_leaving_the_session_aborts_a_manual_compaction(env: Env) -> None:
+    """R-SESSION-2, R-COMPACT-18: leaving the session's ``async with`` while another task awaits
+    compact() aborts the compaction (compaction_end{aborted}) instead of waiting for it."""
+    import anyio
+
+    script = [[{"text": "done"}], [{"sleep_ms": 60_000}, {"text": "[summary]S[/summary]"}]]
+    llm = Started({"responses": script, "tools": TOOLS})
+    session = await Session.create(
+        llm=llm,
+        environment=ScriptedEnvironment.from_llm(llm.inner),
+        root=env.root,
+        workspace=env.workspace,
+        compaction=CompactionSettings(prompt=PROMPT),
+    )
+    llm.bind(session)
+    results: list[str | None] = []
+
+    async def compact() -> None:
+        results.append(await session.compact())
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg, session:
+            await collect(session.run([b.user_text("hi")], approve=allow_all))
+            tg.start_soon(compact)
+            await llm.started[1].wait()
+    assert results == ["aborted"]
+    records = session_records(env, session.id)
+    assert _tag(records[-1]) == "compaction_end"
+    assert records[-1].payload.status == "aborted"  # type: ignore[union-attr]
+    assert validator_errors(env, session.id) == []
