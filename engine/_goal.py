@@ -4,7 +4,8 @@ Owns: ``GoalOptions``, validating a goal input, the control file ``GOAL.yaml`` (
 the start, read after every round), the round inputs (``GOAL_BLOCK`` / ``GOAL_WRAPUP_BLOCK``),
 the token budget, the wrap-up round, the 100-round backstop and the ``goal_finished`` record.
 Does not: run a round (each round is an ordinary Task of the session, with its own turns,
-approvals, reconnects, compactions and steering), or keep any state that the trace does not
+approvals, reconnects, compactions and steering; unlike a plain run's Prompt, a round's input
+is yielded on the stream, as in the reference, so hosts see round boundaries), or keep any state that the trace does not
 (rounds and tokens come from ``SessionState.goal``, the ``GoalState`` fold, so a resumed session
 continues from exactly what was recorded).  The only figure held here is the usage of subagents,
 which the parent trace never records (R-SUB-2) until ``goal_finished`` carries the total.
@@ -177,7 +178,7 @@ class GoalRun:
             if not wrap_up and self._rounds >= GOAL_MAX_ROUNDS:
                 return self._finish(run, "budget_limited")
             self._rounds += 1
-            await session._task(run, [b.user_text(self._round_text(used, wrap_up=wrap_up))])
+            await self._round(run, b.user_text(self._round_text(used, wrap_up=wrap_up)))
             if session.state.goal.round_cut:
                 return self._finish(run, "aborted")
             status = await anyio.to_thread.run_sync(read_status, self._path)
@@ -185,6 +186,20 @@ class GoalRun:
                 return self._finish(run, "complete" if status == "complete" else "budget_limited")
             if status != "active":
                 return self._finish(run, status)
+
+    async def _round(self, run: _Run, prompt: OmniMessage) -> None:
+        """One round: an ordinary Task whose input is also yielded, right after it is written
+        (as the reference does), so a host sees where each round starts and what it sent."""
+
+        def on_record(msg: OmniMessage, _file: Path) -> None:
+            if msg is prompt:
+                run.push(msg)
+
+        forget = self._session.add_record_listener(on_record)
+        try:
+            await self._session._task(run, [prompt])
+        finally:
+            forget()
 
     def _round_text(self, used: int, *, wrap_up: bool) -> str:
         block = mk.goal_block(

@@ -70,6 +70,8 @@ __all__ = [
     "is_goal_text",
     "goal_block",
     "goal_budget_line",
+    "parse_goal_budget",
+    "parse_goal_file",
     "goal_round_of",
     "environment_threw_warning",
     "extract_summary",
@@ -532,6 +534,30 @@ def goal_budget_line(used: int, budget: int | None) -> str:
     if budget is None:
         return "Budget: unbounded."
     return f"Budget: {used} / {budget} tokens used (remaining: {max(0, budget - used)})."
+
+
+_GOAL_BUDGET: Final = re.compile(r"^Budget: [0-9]+ / ([0-9]+) tokens used \(", re.MULTILINE)
+
+
+def parse_goal_budget(text: str) -> int | None:
+    """The budget a goal round input's block states (``None``: unbounded, or no goal block)."""
+    found = goal_round_of(text)
+    if found is None:
+        return None
+    match = _GOAL_BUDGET.search(text[: len(text) - len(found[1])])
+    return int(match.group(1)) if match else None
+
+
+_GOAL_FILE_LINE: Final = re.compile(r"^Goal file: (.*)$", re.MULTILINE)
+
+
+def parse_goal_file(text: str) -> str | None:
+    """The goal file path a goal round input's block names, or ``None``."""
+    found = goal_round_of(text)
+    if found is None:
+        return None
+    match = _GOAL_FILE_LINE.search(text[: len(text) - len(found[1])])
+    return match.group(1) if match else None
 
 
 def goal_block(

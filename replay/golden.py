@@ -33,7 +33,11 @@ How a session is re-run:
   session's first nor a rotated file's head marks a resumed ``Session`` (R-TRACE-7): the replay
   closes its session and continues it with ``resume_session`` there, so that record is written
   again.  A run with an empty Prompt cannot be told from the run before it and is replayed as
-  part of it.
+  part of it.  A goal run (SPEC §18) is one run: its round-1 input starts it, later rounds and
+  its ``goal_finished`` belong to it; it is replayed as ``session.run([objective],
+  goal=GoalOptions(budget=…))`` with the budget read from the round-1 block, and the goal file
+  is made to say what the recorded outcome shows the model wrote (``complete`` or ``blocked``,
+  as the last round starts).  A goal that ended ``aborted`` is not compared (timing).
 - Settings.  Explicit options win; otherwise they are read from the trace.  ``max_turns``: the
   ``N`` of a recorded ``[reached max turns (N); stopping]`` notice, else 100.  Compaction: the
   mode of the first ``compaction_begin`` (``summarize`` when none); ``max_context_length`` = the
@@ -72,12 +76,13 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import anyio
 import msgspec
 
-from engine import DEFAULT_MAX_TURNS, CompactionSettings, RetryPolicy, Session
+from engine import DEFAULT_MAX_TURNS, CompactionSettings, GoalOptions, RetryPolicy, Session
 from eventstore import (
     AbortPayload,
     CompactionBeginPayload,
     CompactionEndPayload,
     DataRoot,
+    GoalFinishedPayload,
     OmniMessage,
     RequestBeginPayload,
     RequestEndPayload,
@@ -86,6 +91,7 @@ from eventstore import (
     ToolListReadyPayload,
     encode,
 )
+from eventstore import builders as b
 from projections import DEFAULT_COMPACTION_PROMPT
 from projections import markers as mk
 
@@ -288,6 +294,15 @@ def _with_structure(
 
 
 @dataclass
+class _Goal:
+    """A recorded goal run: its budget, and how it ended (``None`` while unfinished)."""
+
+    budget: int | None
+    rounds: int = 1
+    outcome: str | None = None
+
+
+@dataclass
 class _Step:
     kind: Literal["run", "compact"]
     start: int
@@ -295,6 +310,37 @@ class _Step:
     resume_before: bool = False
     unreplayable: str | None = None
     accepting: bool = False
+    goal: _Goal | None = None
+
+
+def _goal_round(record: OmniMessage) -> tuple[int, str, str] | None:
+    """A goal round input's round number, body and full text."""
+    p = record.payload
+    if record.origin is not None or not isinstance(p, TextPayload) or p.role != "user":
+        return None
+    found = mk.goal_round_of(p.text) if p.text.startswith("[goal]") else None
+    return None if found is None else (found[0], found[1], p.text)
+
+
+def _goal_step(located: list[Located], n: int, steps: list[_Step]) -> _Step | None:
+    """The step a goal round input at ``n`` starts (round 1), or ``None`` for a later round
+    (it belongs to the goal step in progress)."""
+    found = _goal_round(located[n].record)
+    assert found is not None
+    round_no, body, text = found
+    cur = steps[-1] if steps else None
+    if round_no > 1 and cur is not None and cur.goal is not None:
+        cur.goal.rounds = round_no
+        return None
+    step = _Step(
+        "run",
+        _head_start(located, n) if steps else 0,
+        [b.user_text(body)],
+        goal=_Goal(mk.parse_goal_budget(text), rounds=round_no),
+    )
+    if round_no > 1:
+        step.unreplayable = "a goal continued from an earlier session"
+    return step
 
 
 def _head_start(located: list[Located], first: int) -> int:
@@ -327,6 +373,17 @@ def _plan(located: list[Located]) -> list[_Step]:
     for n, loc in enumerate(located):
         record = loc.record
         p = record.payload
+        if not in_request and not in_compaction and _goal_round(record) is not None:
+            started = _goal_step(located, n, steps)
+            if started is not None:
+                cur = started
+                steps.append(cur)
+            continue
+        if isinstance(p, GoalFinishedPayload) and cur is not None and cur.goal is not None:
+            cur.goal.outcome = p.outcome
+            if p.outcome == "aborted":
+                spoil("an aborted goal")
+            continue
         starting = (
             not in_request
             and not in_compaction
@@ -502,12 +559,31 @@ def _infer(
 # --------------------------------------------------------------------------- replay
 
 
-async def _drain(session: Session, step: _Step, env: ReplayEnvironment) -> None:
+async def _drain(session: Session, step: _Step, env: ReplayEnvironment, root: DataRoot) -> None:
     if step.kind == "compact":
         await session.compact()
         return
-    async for _ in session.run(step.prompt, approve=env.approve):
-        pass
+    goal = step.goal
+    if goal is None:
+        async for _ in session.run(step.prompt, approve=env.approve):
+            pass
+        return
+    # The replayed tools do not touch the goal file: it is made to say, as the last round
+    # starts, the status the recorded outcome shows the model wrote.
+    status = goal.outcome if goal.outcome in ("complete", "blocked") else None
+
+    def on_record(msg: OmniMessage, _file: Path) -> None:
+        found = _goal_round(msg)
+        if status is not None and found is not None and found[0] == goal.rounds:
+            root.write_private(session.scratchpad / "GOAL.yaml", f"status: {status}\n".encode())
+
+    forget = session.add_record_listener(on_record)
+    try:
+        options = GoalOptions(budget=goal.budget)
+        async for _ in session.run(step.prompt, approve=env.approve, goal=options):
+            pass
+    finally:
+        forget()
 
 
 async def areplay_trace(
@@ -591,7 +667,7 @@ async def areplay_trace(
             async with session:
                 session_id = session.id
                 for step in segment:
-                    await _drain(session, step, env)
+                    await _drain(session, step, env, root)
         if session_id is not None:
             try:
                 files = root.trace_files(session_id)

@@ -36,6 +36,7 @@ from eventstore.builders import (
 )
 from eventstore.partials import SegmentWriter
 from projections import markers as mk
+from projections.markers import parse_goal_file
 
 __all__ = [
     "DEFAULT_SCRIPT",
@@ -522,21 +523,18 @@ GOAL_FILE_PLACEHOLDER: Final = "${GOAL_FILE}"
 """In a tool call's arguments, replaced by the goal file named in the request's latest goal
 block (SPEC §18), so that a script can drive a goal run whose scratchpad path it cannot know."""
 
-_GOAL_FILE_LINE: Final = re.compile(r"^Goal file: (.*)$", re.MULTILINE)
-
 
 def _with_goal_file(item: _ToolCall, request: LLMRequest) -> _ToolCall:
     for msg in reversed(request.messages):
         p = msg.payload
-        if not (isinstance(p, TextPayload) and p.role == "user" and p.text.startswith("[goal]")):
+        if not (isinstance(p, TextPayload) and p.role == "user"):
             continue
-        block = p.text.split("\n[/goal]", 1)[0]
-        found = _GOAL_FILE_LINE.search(block)
-        if found is None:
+        path = parse_goal_file(p.text)
+        if path is None:
             continue
         # JSON-escaped: the placeholder sits inside a JSON string of the arguments.
-        path = json.dumps(found.group(1), ensure_ascii=False)[1:-1]
-        return replace(item, arguments=item.arguments.replace(GOAL_FILE_PLACEHOLDER, path))
+        escaped = json.dumps(path, ensure_ascii=False)[1:-1]
+        return replace(item, arguments=item.arguments.replace(GOAL_FILE_PLACEHOLDER, escaped))
     return item
 
 

@@ -31,6 +31,7 @@ from rich.text import Text
 from engine import (
     DEFAULT_MAX_TURNS,
     CompactionSettings,
+    GoalOptions,
     LocalEnvironment,
     RetryPolicy,
     Session,
@@ -67,6 +68,16 @@ from ._clikit import (
     write_json,
 )
 from ._follow import follow
+from ._goal import (
+    GOAL_NOT_COMPLETE,
+    BudgetOpt,
+    GoalContinueOpt,
+    GoalOpt,
+    GoalView,
+    check_goal_continue,
+    goal_line,
+    goal_options,
+)
 from ._inspect import (
     build_inspection,
     context_dict,
@@ -307,12 +318,19 @@ def _llm_options(
     )
 
 
-def _finish_run(*, aborted: bool, session_id: str, trace: Path, as_json: bool) -> None:
+def _finish_run(
+    *,
+    aborted: bool,
+    session_id: str,
+    trace: Path,
+    as_json: bool,
+    reason: str = "the run ended with an abort",
+) -> None:
     console = _console(stderr=as_json)
     console.print(Text(f"session: {session_id}"), soft_wrap=True)
     console.print(Text(f"trace:   {safe(str(trace), keep_newlines=False)}"), soft_wrap=True)
     if aborted:
-        console.print(Text("the run ended with an abort (exit 1)", style="yellow"))
+        console.print(Text(f"{reason} (exit 1)", style="yellow"))
     raise typer.Exit(1 if aborted else 0)
 
 
@@ -359,6 +377,8 @@ def run(
             "with one fixed line.",
         ),
     ] = False,
+    goal: GoalOpt = False,
+    budget: BudgetOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Start a new session and run one task, streaming what happens.
@@ -374,9 +394,11 @@ def run(
       penguin run -m "list the files" --workspace /tmp/ws
       penguin run -m "fix the tests" --llm openai --model gpt-4o --approve ask
       penguin run -m "survey the repo" --llm openai --model gpt-4o --subagents
+      penguin run --goal --budget 500k -m "make all tests pass" --llm openai --model gpt-4o
     """
     with errors_to_exit_codes():
         g = _globals(ctx)
+        goal_opts = goal_options(goal=goal, budget=budget, message=message)
         model_llm = build_llm(_llm_options(script, llm, model, base_url, api_key_env))
         ws = workspace_dir((workspace or Path.cwd()).expanduser())
         compaction = build_compaction(
@@ -415,12 +437,24 @@ def run(
                 max_turns=turns,
             )
             aborted, trace = await _one_task(
-                session, model_llm, message, approve=approve.value, as_json=as_json, host=host
+                session,
+                model_llm,
+                message,
+                approve=approve.value,
+                as_json=as_json,
+                host=host,
+                goal=goal_opts,
             )
             return aborted, session.id, trace
 
         aborted, session_id, trace = anyio.run(go)
-        _finish_run(aborted=aborted, session_id=session_id, trace=trace, as_json=as_json)
+        _finish_run(
+            aborted=aborted,
+            session_id=session_id,
+            trace=trace,
+            as_json=as_json,
+            reason=GOAL_NOT_COMPLETE if goal_opts else "the run ended with an abort",
+        )
 
 
 # --------------------------------------------------------------------------- resume
@@ -477,6 +511,8 @@ def resume(
     max_context_length: MaxContextOpt = None,
     max_session_turns: MaxSessionTurnsOpt = None,
     compaction_mode: ModeOpt = None,
+    goal_continue: GoalContinueOpt = False,
+    budget: BudgetOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Continue a session, or show where it stands.
@@ -484,14 +520,17 @@ def resume(
     Without -m: prints the state rebuilt from the trace (turns, tokens, the model context and
     the carry-over the next task will see); takes no lock and writes nothing.  With -m: resumes
     the session (closing what a crash left open) and runs one task on it, like `run`.
-    Exit 2 while another process holds the session.
+    With --goal-continue (instead of -m): continues its aborted or crashed goal; exit 0 only
+    when the goal completes.  Exit 2 while another process holds the session.
     """
     with errors_to_exit_codes():
         g = _globals(ctx)
         sid = session_id if session_id is not None else latest_session_id(g)
         validate_id(sid, what="session id")
         files, latest, context, state, meta = _load(g, sid)
-        if message is None:
+        goal_opts = goal_options(goal=False, budget=budget, resume=goal_continue)
+        check_goal_continue(sid, state.goal, message=message, goal_opts=goal_opts)
+        if message is None and goal_opts is None:
             _print_resume_state(sid, files, latest, context, state, meta, as_json=as_json)
             return
 
@@ -524,29 +563,47 @@ def resume(
                 max_turns=DEFAULT_MAX_TURNS if max_turns is None else max_turns,
             )
             return await _one_task(
-                session, model_llm, message, approve=approve.value, as_json=as_json, host=None
+                session,
+                model_llm,
+                message,
+                approve=approve.value,
+                as_json=as_json,
+                host=None,
+                goal=goal_opts,
             )
 
         aborted, trace = anyio.run(go)
-        _finish_run(aborted=aborted, session_id=sid, trace=trace, as_json=as_json)
+        _finish_run(
+            aborted=aborted,
+            session_id=sid,
+            trace=trace,
+            as_json=as_json,
+            reason=GOAL_NOT_COMPLETE if goal_opts else "the run ended with an abort",
+        )
 
 
 async def _one_task(
     session: Session,
     model_llm: Any,
-    message: str,
+    message: str | None,
     *,
     approve: ApproveMode,
     as_json: bool,
     host: Subagents | None,
+    goal: GoalOptions | None = None,
 ) -> tuple[bool, Path]:
     """Run one task on ``session`` (created or resumed) with the live rendering; close the
-    model afterwards.  Returns whether the run ended with an abort, and the trace path."""
+    model afterwards.  Returns whether the run ended with an abort (with ``goal``: whether the
+    goal did not complete), and the trace path."""
     if isinstance(model_llm, ScriptedLLM):
         model_llm.bind(session)
     out, err = _console(), _console(stderr=True)
-    if not as_json:
+    if not as_json and message is not None:
         out.print(Text(f"> {safe(message)}", style="bold"), soft_wrap=True)
+    view = None
+    if goal is not None:
+        start = session.state.goal.tokens_used if goal.resume else 0
+        view = GoalView(err if as_json else out, start_tokens=start)
     try:
         async with AsyncExitStack() as stack:
             if host is not None:
@@ -556,18 +613,20 @@ async def _one_task(
             async with session:
                 outcome = await drive(
                     session,
-                    [user_text(message)],
+                    None if message is None else [user_text(message)],
                     approve=approve,
                     as_json=as_json,
                     out=out,
                     err=err,
+                    goal=goal,
+                    intercept=view.take if view is not None else None,
                 )
                 trace = session.trace_path
     finally:
         await close_llm(model_llm)
         if host is not None:
             await host.aclose()
-    return outcome.aborted, trace
+    return (not view.complete if view is not None else outcome.aborted), trace
 
 
 def _record_json(msg: OmniMessage) -> Any:
@@ -643,6 +702,8 @@ def _print_resume_state(
             f"closed: {c['closed']}"
         )
     )
+    if s["goal"]:
+        out.print(t(goal_line(s["goal"])), soft_wrap=True)
     if carry:
         out.print(t("Carry-over (sent before the next prompt):", style="bold"))
         for m in carry:

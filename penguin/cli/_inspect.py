@@ -54,6 +54,7 @@ from eventstore import (
 from projections import ModelContext, SessionState
 
 from ._clikit import trace_name
+from ._goal import goal_dict, goal_line
 from ._safe import preview, safe
 
 __all__ = [
@@ -261,6 +262,7 @@ def state_dict(state: SessionState) -> dict[str, Any]:
         "task_running": state.task_running,
         "files": state.files,
         "records": state.records,
+        "goal": goal_dict(state.goal),
     }
 
 
@@ -713,6 +715,8 @@ def render_inspection(console: Console, insp: Inspection, *, label: str, indent:
     line(
         f"  opened by compaction: {s['from_compaction']}; rotation pending: {s['rotation_pending']}"
     )
+    if s.get("goal"):
+        line(goal_line(s["goal"]))
 
     heading("Model context (ModelContext)")
     c = insp.context

@@ -33,6 +33,7 @@ from engine import (
     ApproveFn,
     CompactionSettings,
     Environment,
+    GoalOptions,
     LocalEnvironment,
     Session,
     SessionSubagentRunner,
@@ -468,13 +469,15 @@ async def _interrupts(
 
 async def drive(
     session: Session,
-    prompt: list[OmniMessage],
+    prompt: list[OmniMessage] | None,
     *,
     approve: ApproveMode,
     as_json: bool,
     out: Console,
     err: Console,
     on_message: Callable[[OmniMessage], None] | None = None,
+    goal: GoalOptions | None = None,
+    intercept: Callable[[OmniMessage], bool] | None = None,
 ) -> RunOutcome:
     """Run one task on an entered ``session``, rendering or printing JSON lines as it streams."""
     cancel = AbortSignal()
@@ -486,11 +489,13 @@ async def drive(
     async with anyio.create_task_group() as tg:
         await tg.start(_interrupts, cancel, err)
         countdown = _Countdown(err, tg)
-        async for msg in session.run(prompt, approve=approve_fn, signal=cancel):
+        async for msg in session.run(prompt, approve=approve_fn, signal=cancel, goal=goal):
             countdown.stop()
             count += 1
             p = msg.payload
-            if as_json:
+            if intercept is not None and intercept(msg) and not as_json:
+                pass  # shown by the interceptor (a goal round's input)
+            elif as_json:
                 sys.stdout.write(safe_json_bytes(encode(msg)).decode("utf-8") + "\n")
                 sys.stdout.flush()
             else:

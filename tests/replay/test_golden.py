@@ -62,6 +62,7 @@ RUNS: dict[str, tuple[int, int]] = {
     "max_turns": (2, 2),
     "multi_file": (3, 3),
     "resumed": (2, 2),
+    "goal": (1, 1),
 }
 # A scenario is a directory laid out as <scenario>/<yyyy-mm-dd>/<session_id>_<NNN>.jsonl (other
 # corpora beside it, such as hostile/, have their own layout and tests).

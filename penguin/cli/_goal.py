@@ -1,0 +1,180 @@
+"""Goal mode on the command line (SPEC R-GOAL-8).
+
+Owns: the ``--goal``, ``--budget`` and ``--goal-continue`` options, budget parsing (``N``,
+``500k``, ``2m``), the ``[goal] round <N>`` lines and the final outcome line, the exit code of a
+goal run, and the goal lines of ``inspect``/``resume``.  Does not: drive rounds (the engine
+does, ``session.run(..., goal=GoalOptions(...))``) or render the rounds' own messages.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from engine import GoalOptions
+from eventstore import GoalFinishedPayload, OmniMessage, TextPayload, TokenUsagePayload
+from projections import GoalState
+from projections import markers as mk
+
+from ._clikit import CliError
+from ._safe import preview, safe
+
+__all__ = [
+    "GOAL_NOT_COMPLETE",
+    "BudgetOpt",
+    "GoalContinueOpt",
+    "GoalOpt",
+    "GoalView",
+    "goal_dict",
+    "check_goal_continue",
+    "goal_line",
+    "goal_options",
+    "parse_budget",
+]
+
+GOAL_NOT_COMPLETE = "the goal did not complete"
+
+_BUDGET = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kKmM]?)\s*$")
+
+
+def parse_budget(value: str | None) -> int | None:
+    """``500000``, ``500k``, ``2m``, ``1.5m`` → tokens; ``None`` stays unlimited."""
+    if value is None:
+        return None
+    match = _BUDGET.match(value)
+    if match is None:
+        raise typer.BadParameter(f"expected N, Nk or Nm tokens (e.g. 500k), got {value!r}")
+    number, unit = match.groups()
+    scale = {"": 1, "k": 1_000, "m": 1_000_000}[unit.lower()]
+    tokens = int(float(number) * scale) if "." in number else int(number) * scale
+    if tokens <= 0:
+        raise typer.BadParameter("the budget must be more than 0 tokens")
+    return tokens
+
+
+GoalOpt = Annotated[
+    bool,
+    typer.Option(
+        "--goal",
+        help="Treat -m as an objective: keep running rounds (each an ordinary task) until the "
+        "agent marks the goal complete or blocked in its GOAL.yaml, or --budget is spent.  "
+        "Exit 0 only when the goal is complete.",
+    ),
+]
+BudgetOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--budget",
+        help="Token budget of a goal (N, 500k, 2m): once spent, one wrap-up round is sent "
+        "[default: unlimited, at most 100 rounds].",
+        show_default=False,
+        metavar="TOKENS",
+    ),
+]
+GoalContinueOpt = Annotated[
+    bool,
+    typer.Option(
+        "--goal-continue",
+        help="Continue the session's goal that was aborted or cut off by a crash (round "
+        "numbers and tokens used carry on).  Takes no -m.",
+    ),
+]
+
+
+def goal_options(
+    *, goal: bool, budget: str | None, resume: bool = False, message: str | None = None
+) -> GoalOptions | None:
+    """The ``GoalOptions`` the flags ask for (``None``: an ordinary run); bad flags raise."""
+    if goal and message is not None and not message.strip():
+        raise CliError("a goal needs an objective: -m is blank")
+    tokens = parse_budget(budget)
+    if not (goal or resume):
+        if tokens is not None:
+            raise typer.BadParameter("--budget needs --goal (or --goal-continue)")
+        return None
+    return GoalOptions(budget=tokens, resume=resume)
+
+
+def check_goal_continue(
+    session_id: str, goal: GoalState, *, message: str | None, goal_opts: GoalOptions | None
+) -> None:
+    """``resume --goal-continue`` is refused before the session is locked or written."""
+    if goal_opts is None or not goal_opts.resume:
+        return
+    if message is not None:
+        raise CliError("--goal-continue continues the recorded objective: it takes no -m")
+    if not goal.continuable:
+        state = "no goal" if goal.objective is None else f"its goal ended {goal.outcome}"
+        raise CliError(
+            f"session {safe(session_id)} has no goal to continue ({state}; only an aborted "
+            "or interrupted goal continues)"
+        )
+
+
+class GoalView:
+    """Prints one line per round and the outcome; counts tokens as the engine does (R-GOAL-5:
+    ``total - cache_read`` of every ``token_usage`` on the stream, subagents' included)."""
+
+    def __init__(self, console: Console, *, start_tokens: int = 0) -> None:
+        self._console = console
+        self.tokens = start_tokens
+        self.finished: GoalFinishedPayload | None = None
+
+    def take(self, msg: OmniMessage) -> bool:
+        """Look at a streamed message; ``True`` when it is a round input (printed here as one
+        line instead of the whole protocol block)."""
+        p = msg.payload
+        if isinstance(p, TokenUsagePayload):
+            self.tokens += max(0, p.request.total - p.request.cache_read)
+            return False
+        if msg.origin is not None:
+            return False
+        if isinstance(p, GoalFinishedPayload):
+            self.finished = p
+            self._print(
+                f"[goal] {p.outcome} after {p.rounds} round{'s' if p.rounds != 1 else ''}, "
+                f"{p.tokens_used} tokens",
+                "bold green" if p.outcome == "complete" else "bold yellow",
+            )
+            return False
+        if isinstance(p, TextPayload) and p.role == "user" and p.text.startswith("[goal]"):
+            found = mk.goal_round_of(p.text)
+            if found is not None:
+                wrap = " (wrap-up)" if mk.GOAL_WRAPUP_LINE in p.text.split("\n[/goal]")[0] else ""
+                self._print(f"[goal] round {found[0]}{wrap} (tokens used {self.tokens})", "bold")
+                return True
+        return False
+
+    @property
+    def complete(self) -> bool:
+        return self.finished is not None and self.finished.outcome == "complete"
+
+    def _print(self, line: str, style: str) -> None:
+        self._console.print(Text(line, style=style), soft_wrap=True)
+
+
+def goal_dict(goal: GoalState) -> dict[str, Any] | None:
+    """``GoalState`` as JSON-ready values (``None`` when the session never ran a goal)."""
+    if goal.objective is None:
+        return None
+    return {
+        "objective": goal.objective,
+        "rounds": goal.rounds,
+        "tokens_used": goal.tokens_used,
+        "outcome": goal.outcome,
+        "continuable": goal.continuable,
+    }
+
+
+def goal_line(goal: dict[str, Any]) -> str:
+    """One line for ``inspect`` and ``resume`` (untrusted text escaped by ``preview``)."""
+    outcome = goal["outcome"] or "unfinished"
+    hint = "; continue with --goal-continue" if goal["continuable"] else ""
+    return (
+        f"  goal: {outcome} after {goal['rounds']} rounds, {goal['tokens_used']} tokens; "
+        f"objective: {preview(goal['objective'], 100)}{hint}"
+    )
