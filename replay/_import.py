@@ -40,7 +40,7 @@ class ImportResult:
     findings: list[Finding]
 
 
-def _first(path: Path) -> tuple[str, str]:
+def _first(path: Path, shown: Path) -> tuple[str, str]:
     """``(session_id, first timestamp)`` read from the file's records."""
     sid: str | None = None
     first_ts: str | None = None
@@ -53,7 +53,7 @@ def _first(path: Path) -> tuple[str, str]:
             sid = record.payload.session_id
             break
     if sid is None or first_ts is None:
-        raise ValueError(f"{path}: no session_meta record; not a trace that can be imported")
+        raise ValueError(f"{shown}: no session_meta record; not a trace that can be imported")
     return sid, first_ts
 
 
@@ -78,43 +78,50 @@ def _exists(root: DataRoot, sid: str) -> bool:
 
 
 def import_trace(
-    file: str | os.PathLike[str],
+    file: str | os.PathLike[str] | bytes,
     root: DataRoot | str | os.PathLike[str] | None = None,
     *,
     project: str | None = None,
     agent: str | None = None,
 ) -> ImportResult:
-    """Import one trace file as a new session of ``root`` (SPEC R-TOOL-5).
+    """Import one trace as a new session of ``root`` (SPEC R-TOOL-5).
 
-    Raises ``ValueError`` for an id that is not filename-safe or a file without a
-    ``session_meta``, ``FileExistsError`` when the session already exists in the root, and
-    ``ImportRefused`` (a ``ValueError``) when the validator finds errors.
+    ``file`` is a path, or the file's content as ``bytes`` (an upload).  The bytes validated
+    are the bytes written: the source is copied once, first.  Raises ``ValueError`` for an id
+    that is not filename-safe or a trace without a ``session_meta``, ``FileExistsError`` when
+    the session already exists in the root, and ``ImportRefused`` (a ``ValueError``) when the
+    validator finds errors.
     """
-    src = Path(file)
+    shown = Path("<upload>") if isinstance(file, bytes) else Path(file)
     data_root = root if isinstance(root, DataRoot) else DataRoot(root)
-    sid, first_ts = _first(src)
-    validate_id(sid, what="session id in session_meta")
-    if _exists(data_root, sid):
-        raise FileExistsError(f"session {sid} already exists under {data_root.home}")
-    date = _date_dir(first_ts, src)
     with tempfile.TemporaryDirectory(prefix="penguin-import-") as tmp:
-        staged = Path(tmp) / f"{sid}_001.jsonl"
-        shutil.copyfile(src, staged)
+        raw = Path(tmp) / "source.jsonl"
+        if isinstance(file, bytes):
+            raw.write_bytes(file)
+        else:
+            shutil.copyfile(file, raw)
+        sid, first_ts = _first(raw, shown)
+        validate_id(sid, what="session id in session_meta")
+        if _exists(data_root, sid):
+            raise FileExistsError(f"session {sid} already exists under {data_root.home}")
+        date = _date_dir(first_ts, shown)
+        staged = raw.rename(Path(tmp) / f"{sid}_001.jsonl")
         findings = [
-            Finding(src, f.line, f.rule, f.severity, f.message) for f in validate_session([staged])
+            Finding(shown, f.line, f.rule, f.severity, f.message)
+            for f in validate_session([staged])
         ]
-    errors = [f for f in findings if f.severity == "error"]
-    if errors:
-        raise ImportRefused(
-            f"{src}: refused, {len(errors)} validation error(s): "
-            + "; ".join(str(e) for e in errors[:5]),
-            findings=findings,
-        )
-    kwargs = {k: v for k, v in (("project", project), ("agent", agent)) if v is not None}
-    target = data_root.trace_path(sid, 1, date=date, **kwargs)
-    data_root.ensure_dir(target.parent)
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    os.fchmod(fd, 0o600)  # whatever the umask (R-ROOT-9)
-    with os.fdopen(fd, "wb") as dst, open(src, "rb") as source:
-        shutil.copyfileobj(source, dst)
+        errors = [f for f in findings if f.severity == "error"]
+        if errors:
+            raise ImportRefused(
+                f"{shown}: refused, {len(errors)} validation error(s): "
+                + "; ".join(str(e) for e in errors[:5]),
+                findings=findings,
+            )
+        kwargs = {k: v for k, v in (("project", project), ("agent", agent)) if v is not None}
+        target = data_root.trace_path(sid, 1, date=date, **kwargs)
+        data_root.ensure_dir(target.parent)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.fchmod(fd, 0o600)  # whatever the umask (R-ROOT-9)
+        with os.fdopen(fd, "wb") as dst, open(staged, "rb") as source:
+            shutil.copyfileobj(source, dst)
     return ImportResult(sid, target, findings)

@@ -18,7 +18,9 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeAlias
+from typing import Any, TypeAlias
+
+import msgspec
 
 from engine import AbortSignal, LLMRequest
 from eventstore import (
@@ -27,6 +29,7 @@ from eventstore import (
     SessionMetaPayload,
     ToolDefinition,
     ToolListReadyPayload,
+    encode,
     file_index,
     scan_trace,
 )
@@ -56,6 +59,57 @@ class TracePoint:
     context: ModelContext
     request: LLMRequest | None
     synthesized: frozenset[int]
+
+    def messages(self) -> tuple[list[OmniMessage], int]:
+        """The messages shown at this point and how many at the end are new: the request's
+        messages and its new input, or the context's history then its carry-over."""
+        if self.request is not None:
+            return self.request.messages, self.request.new_messages
+        return [*self.context.history, *self.context.pending], len(self.context.pending)
+
+    def as_json(self) -> dict[str, Any]:
+        """JSON-ready values (strings raw, as recorded): the record, then ``request`` (system
+        prompt, tools, ``new_messages``, messages) or ``context`` (its summary and messages);
+        every message row says whether it is ``synthesized`` and ``new``."""
+        messages, new = self.messages()
+        first_new = len(messages) - new
+        rows = [
+            {
+                "index": i,
+                "synthesized": i in self.synthesized,
+                "new": i >= first_new,
+                "message": msgspec.json.decode(encode(m)),
+            }
+            for i, m in enumerate(messages)
+        ]
+        out: dict[str, Any] = {
+            "at": f"{self.position[0]}:{self.position[1]}",
+            "path": str(self.path),
+            "line": self.line,
+            "record": msgspec.json.decode(encode(self.record)),
+        }
+        if self.request is not None:
+            out["request"] = {
+                "system_prompt": self.request.system_prompt,
+                "tools": msgspec.to_builtins(self.request.tools),
+                "new_messages": new,
+                "messages": rows,
+            }
+            return out
+        ctx = self.context
+        summary = ctx.pending_summary
+        out["context"] = {
+            "history": len(ctx.history),
+            "carry_over": len(ctx.pending),
+            "pending_summary": getattr(summary.payload, "text", None) if summary else None,
+            "closed": ctx.closed,
+            "open_request": ctx.open_request,
+            "dangling_compaction": list(ctx.dangling_compaction)
+            if ctx.dangling_compaction
+            else None,
+            "messages": rows,
+        }
+        return out
 
 
 def record_kind(record: OmniMessage) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import msgspec
 from rich.console import Console
 from rich.text import Text
 
@@ -22,14 +21,13 @@ from eventstore import (
     ThinkingPayload,
     ToolCallOutputPayload,
     ToolCallPayload,
-    encode,
 )
 from replay import TracePoint, parse_position, trace_point
 
-from ._inspect import context_dict, describe
+from ._inspect import describe
 from ._safe import safe
 
-__all__ = ["point_json", "render_point", "show_at"]
+__all__ = ["render_point", "show_at"]
 
 
 def _body(m: OmniMessage) -> str:
@@ -49,46 +47,8 @@ def _body(m: OmniMessage) -> str:
     return describe(m)
 
 
-def _messages(point: TracePoint) -> tuple[list[OmniMessage], int]:
-    if point.request is not None:
-        return point.request.messages, point.request.new_messages
-    ctx = point.context
-    return [*ctx.history, *ctx.pending], len(ctx.pending)
-
-
-def point_json(point: TracePoint) -> dict[str, Any]:
-    """The point as JSON-ready values (strings raw; ``write_json`` escapes them)."""
-    messages, new = _messages(point)
-    first_new = len(messages) - new
-    rows = [
-        {
-            "index": i,
-            "synthesized": i in point.synthesized,
-            "new": i >= first_new,
-            "message": msgspec.json.decode(encode(m)),
-        }
-        for i, m in enumerate(messages)
-    ]
-    out: dict[str, Any] = {
-        "at": f"{point.position[0]}:{point.position[1]}",
-        "path": str(point.path),
-        "line": point.line,
-        "record": msgspec.json.decode(encode(point.record)),
-    }
-    if point.request is not None:
-        out["request"] = {
-            "system_prompt": point.request.system_prompt,
-            "tools": msgspec.to_builtins(point.request.tools),
-            "new_messages": new,
-            "messages": rows,
-        }
-    else:
-        out["context"] = context_dict(point.context) | {"messages": rows}
-    return out
-
-
 def render_point(console: Console, point: TracePoint) -> None:
-    messages, new = _messages(point)
+    messages, new = point.messages()
     first_new = len(messages) - new
     where = f"{point.position[0]}:{point.position[1]}"
     console.print(
@@ -127,6 +87,6 @@ def show_at(
     """Resolve ``at`` against ``files``; return the JSON form when ``as_json``, else print."""
     point = trace_point(files, parse_position(at))
     if as_json:
-        return point_json(point)
+        return point.as_json()
     render_point(console, point)
     return None

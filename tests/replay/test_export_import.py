@@ -232,3 +232,13 @@ def test_import_refusals(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no session_meta"):
         import_trace(TRACES / "hostile" / "random_bytes_001.jsonl", root)
     assert [i.session_id for i in root.sessions()] == [src.name.rsplit("_", 1)[0]]
+
+
+def test_import_of_uploaded_bytes(tmp_path: Path) -> None:
+    (src,) = files_of("plain")
+    root = DataRoot(tmp_path / "home")
+    result = import_trace(src.read_bytes(), root)
+    assert result.path.read_bytes() == src.read_bytes()
+    with pytest.raises(ImportRefused) as refused:
+        import_trace((TRACES / "hostile" / "duplicate_keys_001.jsonl").read_bytes(), root)
+    assert all(str(f.path) == "<upload>" for f in refused.value.findings)

@@ -217,3 +217,14 @@ def test_request_at_in_goal_mode(tmp_path: Path) -> None:
     assert len(positions) == len(sent) == 4
     for position, request in zip(positions, sent, strict=True):
         same(request_at(files, position), request, f"goal at {position}")
+
+
+def test_trace_point_as_json() -> None:
+    files = sorted((ROOT / "fixtures" / "traces" / "abort_stream").rglob("*.jsonl"))
+    data = trace_point(files, (1, 13)).as_json()
+    assert data["at"] == "1:13" and data["record"]["payload"]["type"] == "request_begin"
+    rows = data["request"]["messages"]
+    assert [r["synthesized"] for r in rows] == [False, False, True, False]
+    assert [r["new"] for r in rows] == [False, False, True, True]
+    other = trace_point(files, (1, 11)).as_json()
+    assert "request" not in other and other["context"]["carry_over"] == 1
