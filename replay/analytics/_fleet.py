@@ -100,12 +100,13 @@ class Fleet:
         counts: dict[str, int] = {}
         for view in VIEWS:
             out = (target / view).as_posix().replace("'", "''")
+            self.sql(f"CREATE OR REPLACE TEMP TABLE _export AS SELECT * FROM {view}")
             self.sql(
-                f"COPY (SELECT * FROM {view}) TO '{out}' "
-                "(FORMAT parquet, PARTITION_BY (day), OVERWRITE_OR_IGNORE, "
-                "FILENAME_PATTERN 'part_{i}')"
+                f"COPY _export TO '{out}' (FORMAT parquet, PARTITION_BY (day), "
+                "OVERWRITE_OR_IGNORE, FILENAME_PATTERN 'part_{i}')"
             )
-            counts[view] = int(self.sql(f"SELECT count(*) FROM {view}").rows[0][0])
+            counts[view] = int(self.sql("SELECT count(*) FROM _export").rows[0][0])
+        self.sql("DROP TABLE _export")
         return counts
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Final
 
 from ._sources import TraceFile
 from ._verdict import line_verdict
+from ._views import KIND, RECORD_COLUMNS
 
 if TYPE_CHECKING:
     import duckdb
@@ -32,7 +33,6 @@ _WS: Final = "' ' || chr(9) || chr(10) || chr(11) || chr(12) || chr(13)"
 
 # The explicit schemas: every leaf is JSON so that its JSON type stays checkable (``msgspec``
 # refuses a number where a string belongs; DuckDB would convert it).
-_ENVELOPE: Final = '{"timestamp":"JSON","type":"JSON","payload":"JSON","origin":"JSON"}'
 _COUNTS: Final = '{"cache_read":"JSON","cache_write":"JSON","output":"JSON","total":"JSON"}'
 _PAYLOAD_KEYS: Final = (
     "type",
@@ -66,6 +66,10 @@ _PAYLOAD_KEYS: Final = (
     "event_type",
 )
 _PAYLOAD: Final = "{" + ",".join(f'"{k}":"JSON"' for k in _PAYLOAD_KEYS) + "}"
+_RECORD: Final = '{"timestamp":"JSON","type":"JSON","origin":"JSON","payload":' + _PAYLOAD + "}"
+# The envelope as our writer (and the reference's) puts it: timestamp and type strings, then a
+# payload object.  Other lines are decided in Python, exactly.
+_CANONICAL: Final = r'^\{"timestamp":"[^"\\]*","type":"[a-z_]+","payload":\{'
 
 # Lines whose verdict Python decides (see the module docstring).
 _SUSPICIOUS: Final = (
@@ -82,9 +86,6 @@ _MACROS: Final = [
     "CREATE OR REPLACE TEMP MACRO _is_int(j) AS "
     "regexp_full_match(j::VARCHAR, '-?(0|[1-9][0-9]*)') AND try_cast(j::VARCHAR AS BIGINT) "
     "IS NOT NULL",
-    # msgspec keeps the last of duplicate keys, DuckDB the first: such lines go to Python.
-    "CREATE OR REPLACE TEMP MACRO _dup_keys(j) AS "
-    "len(json_keys(j)) <> len(list_distinct(json_keys(j)))",
     "CREATE OR REPLACE TEMP MACRO _opt_str(j) AS j IS NULL OR _is_str(j)",
     "CREATE OR REPLACE TEMP MACRO _opt_int(j) AS j IS NULL OR _is_int(j)",
     "CREATE OR REPLACE TEMP MACRO _str(j) AS json_extract_string(j, '$')",
@@ -95,6 +96,9 @@ _MACROS: Final = [
     "_in(j, ['completed', 'failed', 'aborted', 'timeout', 'malformed', 'auth'])",
     "CREATE OR REPLACE TEMP MACRO _opt_stop(j) AS j IS NULL OR _stop(j)",
     "CREATE OR REPLACE TEMP MACRO _counts(j) AS from_json(j, '" + _COUNTS + "')",
+    "CREATE OR REPLACE TEMP MACRO _typed_counts(c) AS {'cache_read': coalesce(_int(c.cache_read), "
+    "0), 'cache_write': coalesce(_int(c.cache_write), 0), 'output': coalesce(_int(c.output), 0), "
+    "'total': coalesce(_int(c.total), 0)}",
     "CREATE OR REPLACE TEMP MACRO _counts_ok(c) AS _opt_int(c.cache_read) AND "
     "_opt_int(c.cache_write) AND _opt_int(c.output) AND _opt_int(c.total)",
 ]
@@ -106,25 +110,36 @@ def load(
     """Create ``_files``, ``_records`` and ``_diagnostics`` (temp tables) from ``files``."""
     for macro in _MACROS:
         con.execute(macro)
+    # Integer ids for files (``fid``, in session order: index, then path) and sessions
+    # (``sid``): every later join, sort and partition is on them, not on path strings.
+    ordered = sorted(files, key=lambda f: (f.session_id, f.index, f.path))
+    sids: dict[str, int] = {}
+    for f in ordered:
+        sids.setdefault(f.session_id, len(sids))
+    columns = [
+        list(range(len(ordered))),
+        [sids[f.session_id] for f in ordered],
+        [f.path for f in ordered],
+        [f.session_id for f in ordered],
+        [f.index for f in ordered],
+        [f.project for f in ordered],
+        [f.agent for f in ordered],
+        [f.date for f in ordered],
+    ]
     con.execute(
-        "CREATE OR REPLACE TEMP TABLE _files AS SELECT * FROM (SELECT unnest(?) AS path, "
-        "unnest(?) AS session_id, unnest(?)::INTEGER AS file_index, unnest(?) AS project, "
-        "unnest(?) AS agent, unnest(?) AS date_dir)",
-        [
-            [f.path for f in files] or [None],
-            [f.session_id for f in files] or [None],
-            [f.index for f in files] or [None],
-            [f.project for f in files] or [None],
-            [f.agent for f in files] or [None],
-            [f.date for f in files] or [None],
-        ],
+        "CREATE OR REPLACE TEMP TABLE _files AS SELECT * FROM (SELECT unnest(?)::INTEGER AS fid, "
+        "unnest(?)::INTEGER AS sid, unnest(?)::VARCHAR AS path, unnest(?)::VARCHAR AS session_id, "
+        "unnest(?)::INTEGER AS file_index, unnest(?)::VARCHAR AS project, "
+        "unnest(?)::VARCHAR AS agent, unnest(?)::VARCHAR AS date_dir)",
+        [c or [None] for c in columns],
     )
     con.execute("DELETE FROM _files WHERE path IS NULL")
-    con.execute("CREATE OR REPLACE TEMP TABLE _blobs (path VARCHAR, content BLOB)")
-    paths = [f.path for f in files]
+    con.execute("CREATE OR REPLACE TEMP TABLE _blobs (fid INTEGER, content BLOB)")
+    paths = [f.path for f in ordered]
     for start in range(0, len(paths), _CHUNK):
         con.execute(
-            "INSERT INTO _blobs SELECT filename, content FROM read_blob(?)",
+            "INSERT INTO _blobs SELECT f.fid, b.content FROM read_blob(?) b "
+            "JOIN _files f ON f.path = b.filename",
             [paths[start : start + _CHUNK]],
         )
     _split_lines(con)
@@ -141,29 +156,29 @@ def _split_lines(con: duckdb.DuckDBPyConnection) -> None:
         """
         CREATE OR REPLACE TEMP TABLE _lines AS
         WITH txt AS (
-            SELECT path, try(decode(content)) AS text, content FROM _blobs
+            SELECT fid, try(decode(content)) AS text, content FROM _blobs
         ), good AS (
-            SELECT path, string_split(
+            SELECT fid, string_split(
                 CASE WHEN starts_with(text, chr(65279)) THEN text[2:] ELSE text END, chr(10)
             ) AS parts
             FROM txt WHERE text IS NOT NULL
         ), bad AS (
-            SELECT path, string_split(regexp_replace(
+            SELECT fid, string_split(regexp_replace(
                 CASE WHEN starts_with(hex(content), 'EFBBBF') THEN hex(content)[7:]
                      ELSE hex(content) END, '(..)', '<\\1>', 'g'), '<0A>') AS parts
             FROM txt WHERE text IS NULL
         ), good_lines AS (
-            SELECT path, generate_subscripts(parts, 1) AS line_no, unnest(parts) AS line,
+            SELECT fid, generate_subscripts(parts, 1) AS line_no, unnest(parts) AS line,
                    len(parts) AS n_parts
             FROM good
         ), bad_lines AS (
-            SELECT path, generate_subscripts(parts, 1) AS line_no, unnest(parts) AS piece,
+            SELECT fid, generate_subscripts(parts, 1) AS line_no, unnest(parts) AS piece,
                    len(parts) AS n_parts
             FROM bad
         )
-        SELECT path, line_no, line, strlen(line) AS nbytes, n_parts FROM good_lines
+        SELECT fid, line_no, line, strlen(line) AS nbytes, n_parts FROM good_lines
         UNION ALL
-        SELECT path, line_no,
+        SELECT fid, line_no,
                try(decode(unhex(replace(replace(piece, '<', ''), '>', '')))) AS line,
                length(piece) // 4 AS nbytes, n_parts
         FROM bad_lines
@@ -171,27 +186,48 @@ def _split_lines(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def _narrow(source: str) -> str:
+    """The ``_cls`` row of each line of ``source`` (columns ``fid, line_no, unterminated,
+    nbytes, verdict, line, rec``): the verdict, the line text only while undecided, and the
+    record's typed columns (``RECORD_COLUMNS``) -- never the parsed payload itself, whose big
+    strings (tool outputs, prompts) nothing downstream needs."""
+    return f"""
+        WITH typed AS (
+            SELECT *, _str(rec.type) AS type, rec.payload AS p FROM {source}
+        ), kinds AS (
+            SELECT *, coalesce({KIND}, 'O') AS k,
+                type = 'event_msg' AND _str(p.type) = 'tool_list_ready' AND _is_arr(p.tools)
+                    AS head
+            FROM typed
+        )
+        SELECT fid, line_no, unterminated, nbytes, verdict,
+            CASE WHEN verdict IS NULL THEN line END AS line, coalesce(head, false) AS head,
+            {RECORD_COLUMNS}
+        FROM kinds
+    """
+
+
 def _classify(con: duckdb.DuckDBPyConnection, max_line_bytes: int) -> None:
-    """``_cls``: the non-blank lines with their fast-path envelope, or a verdict, or NULL
-    (to be decided by ``line_verdict``)."""
+    """``_cls``: the non-blank lines, each with its verdict -- ``+`` a record, ``-why`` a bad
+    line, NULL not decided yet (``_decide_the_rest``) -- and a record's typed columns.  The
+    SQL decides the lines our writer (and the reference's) writes: envelope keys in canonical
+    order, no ``origin``, nothing ``msgspec`` could judge otherwise."""
     limit = int(max_line_bytes)
-    con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE _cls AS
+    source = f"""(
         WITH nb AS (
-            SELECT *, line_no = n_parts AS unterminated
+            SELECT fid, line_no, line, nbytes, line_no = n_parts AS unterminated
             FROM _lines
-            WHERE line IS NULL OR trim(line, {_WS}) <> ''
+            WHERE line IS NULL OR starts_with(line, '{{') OR trim(line, {_WS}) <> ''
         ), fast AS (
             SELECT *,
-                line_no = max(line_no) OVER (PARTITION BY path) AS last_nonblank,
-                CASE WHEN NOT unterminated AND nbytes <= {limit} AND line IS NOT NULL
-                          AND json_valid(line) AND starts_with(ltrim(line, {_WS}), '{{')
-                          AND NOT ({_SUSPICIOUS})
-                     THEN from_json(line, '{_ENVELOPE}') END AS env
+                NOT unterminated AND nbytes <= {limit} AND line IS NOT NULL
+                AND regexp_matches(line, '{_CANONICAL}') AND json_valid(line)
+                AND NOT ({_SUSPICIOUS}) AS canonical
             FROM nb
+        ), parsed AS (
+            SELECT *, CASE WHEN canonical THEN from_json(line, '{_RECORD}') END AS rec FROM fast
         )
-        SELECT path, line_no, last_nonblank, unterminated, nbytes,
+        SELECT fid, line_no, unterminated, nbytes, line,
             CASE
                 WHEN unterminated THEN
                     '-last line has no terminating newline ('
@@ -199,74 +235,55 @@ def _classify(con: duckdb.DuckDBPyConnection, max_line_bytes: int) -> None:
                             ELSE nbytes || ' byte(s)' END || ')'
                 WHEN nbytes > {limit} THEN '-line longer than {limit} bytes'
                 WHEN line IS NULL THEN '-not JSON: invalid UTF-8'
-                WHEN env IS NOT NULL AND _is_str(env.timestamp) AND _is_str(env.type)
-                     AND _is_obj(env.payload) AND env.origin IS NULL
-                     AND NOT _dup_keys(line) AND NOT _dup_keys(env.payload) THEN '+'
+                WHEN canonical AND rec.origin IS NULL THEN '+'
             END AS verdict,
-            line, env
-        FROM fast
-        """
-    )
+            CASE WHEN canonical AND rec.origin IS NULL THEN rec END AS rec
+        FROM parsed
+    )"""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _cls AS {_narrow(source)}")
 
 
 def _decide_the_rest(con: duckdb.DuckDBPyConnection) -> None:
-    rows = con.execute("SELECT path, line_no, line FROM _cls WHERE verdict IS NULL").fetchall()
+    rows = con.execute(
+        "SELECT fid, line_no, unterminated, nbytes, line FROM _cls WHERE verdict IS NULL"
+    ).fetchall()
     if not rows:
         return
-    verdicts = [line_verdict(line) for _, _, line in rows]
+    verdicts = [line_verdict(row[4]) for row in rows]
+    source = f"""(
+        SELECT fid, line_no, unterminated, nbytes, NULL AS line,
+            CASE WHEN starts_with(v, '+') THEN '+' ELSE v END AS verdict,
+            CASE WHEN starts_with(v, '+') THEN from_json(v[2:], '{_RECORD}') END AS rec
+        FROM (SELECT unnest(?) AS fid, unnest(?) AS line_no, unnest(?) AS unterminated,
+                     unnest(?) AS nbytes, unnest(?) AS v)
+    )"""
+    con.execute("DELETE FROM _cls WHERE verdict IS NULL")
     con.execute(
-        """
-        UPDATE _cls SET verdict = v.verdict, line = CASE WHEN starts_with(v.verdict, '+')
-            THEN v.verdict[2:] ELSE _cls.line END
-        FROM (SELECT unnest(?) AS path, unnest(?) AS line_no, unnest(?) AS verdict) AS v
-        WHERE _cls.path = v.path AND _cls.line_no = v.line_no
-        """,
-        [[r[0] for r in rows], [r[1] for r in rows], verdicts],
-    )
-    con.execute(
-        f"""
-        UPDATE _cls SET env = from_json(line, '{_ENVELOPE}'), verdict = '+'
-        WHERE starts_with(verdict, '+') AND verdict <> '+'
-        """
+        f"INSERT INTO _cls {_narrow(source)}",
+        [[r[i] for r in rows] for i in range(4)] + [verdicts],
     )
 
 
 def _records_and_diagnostics(con: duckdb.DuckDBPyConnection) -> None:
-    con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE _parsed AS
-        SELECT f.session_id, f.path, f.file_index, c.line_no,
-            row_number() OVER (PARTITION BY c.path ORDER BY c.line_no) - 1 AS ordinal,
-            _str(c.env.timestamp) AS ts,
-            _str(c.env.type) AS type,
-            c.env.origin IS NOT NULL AND c.env.origin::VARCHAR <> '[]' AS has_origin,
-            from_json(c.env.payload, '{_PAYLOAD}') AS p,
-            c.nbytes
-        FROM _cls c JOIN _files f USING (path)
-        WHERE c.verdict = '+'
-        """
-    )
     # R-ROOT-10: the highest-index file of a session is crash residue when it holds no
     # session_meta, or (index > 1) nothing beyond its rotation head.
     con.execute(
         """
         CREATE OR REPLACE TEMP TABLE _residue AS
         WITH agg AS (
-            SELECT f.session_id, f.path, f.file_index,
-                coalesce(bool_or(p.type = 'session_meta'), false) AS has_meta,
-                coalesce(bool_or(p.type <> 'session_meta' AND NOT (
-                    p.type = 'event_msg' AND _str(p.p.type) = 'tool_list_ready'
-                    AND _is_arr(p.p.tools))), false) AS beyond_head
-            FROM _files f LEFT JOIN _parsed p USING (path)
-            GROUP BY f.session_id, f.path, f.file_index
+            SELECT f.sid, f.fid, f.file_index,
+                coalesce(bool_or(c.type = 'session_meta'), false) AS has_meta,
+                coalesce(bool_or(c.type <> 'session_meta' AND NOT c.head), false)
+                    AS beyond_head
+            FROM _files f LEFT JOIN _cls c ON c.fid = f.fid AND c.verdict = '+'
+            GROUP BY f.sid, f.fid, f.file_index
         ), per_file AS (
             SELECT *,
-                row_number() OVER (PARTITION BY session_id
-                                   ORDER BY file_index DESC, path DESC) AS from_last,
-                row_number() OVER (PARTITION BY session_id ORDER BY file_index, path) AS position
+                row_number() OVER (PARTITION BY sid ORDER BY fid DESC) AS from_last,
+                row_number() OVER (PARTITION BY sid ORDER BY fid) AS position
             FROM agg
         )
-        SELECT path, has_meta FROM per_file
+        SELECT fid, has_meta FROM per_file
         WHERE from_last = 1
           AND (NOT has_meta OR (coalesce(nullif(file_index, 0), position) > 1
                                 AND NOT beyond_head))
@@ -275,28 +292,38 @@ def _records_and_diagnostics(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(
         """
         CREATE OR REPLACE TEMP TABLE _records AS
-        SELECT * FROM _parsed WHERE path NOT IN (SELECT path FROM _residue)
+        SELECT f.sid, f.file_index,
+            row_number() OVER (PARTITION BY c.fid ORDER BY c.line_no) - 1 AS ordinal,
+            -- the position in the session: files in session order, then lines
+            (c.fid::BIGINT << 32) + c.line_no AS seq,
+            c.* EXCLUDE (unterminated, verdict, line, head)
+        FROM _cls c JOIN _files f ON f.fid = c.fid
+        WHERE c.verdict = '+' AND c.fid NOT IN (SELECT fid FROM _residue)
         """
     )
-    con.execute("DROP TABLE _parsed")
     con.execute(
         """
         CREATE OR REPLACE TEMP TABLE _diagnostics AS
-        SELECT f.session_id, c.path, c.line_no AS line,
-            CASE WHEN c.unterminated OR c.last_nonblank THEN 'torn_tail' ELSE 'malformed' END
-                AS kind,
-            CASE WHEN c.unterminated OR NOT c.last_nonblank THEN c.verdict[2:]
-                 ELSE 'last line does not decode: ' || c.verdict[2:] END AS detail
-        FROM _cls c JOIN _files f USING (path)
-        WHERE c.verdict <> '+'
+        WITH bad AS (
+            SELECT * FROM _cls WHERE verdict <> '+'
+        ), last AS (
+            SELECT fid, max(line_no) AS last_line FROM _cls
+            WHERE fid IN (SELECT fid FROM bad) GROUP BY fid
+        )
+        SELECT f.sid, b.fid, b.line_no AS line,
+            CASE WHEN b.unterminated OR b.line_no = l.last_line THEN 'torn_tail'
+                 ELSE 'malformed' END AS kind,
+            CASE WHEN b.unterminated OR b.line_no <> l.last_line THEN b.verdict[2:]
+                 ELSE 'last line does not decode: ' || b.verdict[2:] END AS detail
+        FROM bad b JOIN last l USING (fid) JOIN _files f ON f.fid = b.fid
         UNION ALL
-        SELECT f.session_id, r.path, 1 AS line, 'empty_file' AS kind,
+        SELECT f.sid, r.fid, 1 AS line, 'empty_file' AS kind,
             CASE WHEN r.has_meta
                  THEN 'holds nothing but its rotation head; ignored as crash residue (R-ROOT-10)'
                  ELSE 'holds no decodable session_meta; ignored as crash residue (R-ROOT-10)'
             END AS detail
-        FROM _residue r JOIN _files f USING (path)
+        FROM _residue r JOIN _files f ON f.fid = r.fid
         """
     )
-    con.execute("DROP TABLE _cls")
     con.execute("DROP TABLE _lines")
+    con.execute("DROP TABLE _cls")

@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     import duckdb
 
-__all__ = ["VIEWS", "create_views"]
+__all__ = ["KIND", "RECORD_COLUMNS", "VIEWS", "create_views"]
 
 #: The public views, in dependency order.
 VIEWS: Final = ("sessions", "records", "requests", "tool_calls", "usage", "diagnostics")
 
-_KIND: Final = """
+
+KIND: Final = """
 CASE
   WHEN type = 'session_meta' THEN CASE WHEN _is_str(p.session_id) AND _is_str(p.provider)
       AND _is_str(p.model_id) AND (_is_int(p.model_context_window)
@@ -59,36 +60,59 @@ CASE
   END
 END"""
 
+#: Each record's typed columns, from ``rec`` (the envelope parsed against the explicit schema,
+#: every leaf JSON) and ``k`` (``KIND``): only the kinds that use a column fill it.
+RECORD_COLUMNS: Final = """
+    _str(rec.timestamp) AS ts,
+    _str(rec.type) AS type,
+    coalesce(rec.origin IS NOT NULL AND rec.origin::VARCHAR <> '[]', false) AS has_origin,
+    _str(rec.payload.type) AS ptype,
+    k,
+    CASE WHEN k IN ('TC', 'TO', 'D') THEN _str(rec.payload.tool_call_id) END AS call_id,
+    CASE WHEN k = 'TC' THEN _str(rec.payload.name) END AS name,
+    CASE WHEN k = 'TC' THEN strlen(_str(rec.payload.arguments)) END AS arguments_bytes,
+    CASE WHEN k = 'TO' THEN strlen(_str(rec.payload.output)) END AS output_bytes,
+    CASE WHEN k IN ('TC', 'TO') THEN coalesce(_str(rec.payload.stop_reason), 'completed') END
+        AS stop_reason,
+    CASE WHEN k = 'D' THEN _str(rec.payload.decision) END AS decision,
+    CASE WHEN k IN ('E', 'CE') THEN _str(rec.payload.status) END AS status,
+    CASE WHEN k IN ('E', 'CE') THEN _int(rec.payload.attempt) END AS attempt,
+    CASE WHEN k = 'E' THEN _int(rec.payload.retry_in_ms) END AS retry_in_ms,
+    CASE WHEN k IN ('E', 'CE') THEN _str(rec.payload.error_message) END AS error_message,
+    CASE WHEN k IN ('A', 'CB', 'CE') THEN _str(rec.payload.reason) END AS reason,
+    CASE WHEN k = 'U' THEN _typed_counts(_counts(rec.payload.request)) END AS req,
+    CASE WHEN k = 'U' THEN _typed_counts(_counts(rec.payload.session)) END AS sess,
+    CASE WHEN k = 'M' THEN {'provider': _str(rec.payload.provider),
+                            'model': _str(rec.payload.model_id),
+                            'workspace': _str(rec.payload.workspace),
+                            'source': _str(rec.payload.source)} END AS meta
+"""
+
 _SQL: Final = [
     # Every record with its kind and its position in the session (files by index, then lines).
-    f"""
-    CREATE OR REPLACE TEMP TABLE _ev AS
-    SELECT r.*, coalesce({_KIND}, 'O') AS k,
-        row_number() OVER (PARTITION BY session_id ORDER BY file_index, path, line_no) AS seq
-    FROM _records r
-    """,
+    "CREATE OR REPLACE TEMP VIEW _ev AS SELECT * FROM _records",
     # Per session: the first valid session_meta, creation time, day, file count.
     """
     CREATE OR REPLACE TEMP TABLE _sessions AS
     WITH f AS (
-        SELECT session_id, any_value(project) AS project, any_value(agent) AS agent,
-            min(date_dir) AS date_dir, count(*) AS files
-        FROM _files GROUP BY session_id
+        SELECT sid, any_value(session_id) AS session_id, any_value(project) AS project,
+            any_value(agent) AS agent, min(date_dir) AS date_dir, count(*) AS files
+        FROM _files GROUP BY sid
     ), m AS (
-        SELECT session_id, arg_min(p, seq) AS p FROM _ev WHERE k = 'M' GROUP BY session_id
+        SELECT sid, arg_min(meta, seq) AS meta FROM _ev WHERE k = 'M' GROUP BY sid
     ), t AS (
-        SELECT session_id, count(*) AS records, max(try_cast(ts AS TIMESTAMPTZ)) AS last_ts,
+        SELECT sid, count(*) AS records, max(try_cast(ts AS TIMESTAMPTZ)) AS last_ts,
             arg_min(try_cast(ts AS TIMESTAMPTZ), seq) AS first_ts
-        FROM _ev GROUP BY session_id
+        FROM _ev GROUP BY sid
     )
-    SELECT f.session_id, f.project, f.agent, _str(m.p.workspace) AS workspace,
-        _str(m.p.provider) AS provider, _str(m.p.model_id) AS model, _str(m.p.source) AS source,
+    SELECT f.sid, f.session_id, f.project, f.agent, m.meta.workspace AS workspace,
+        m.meta.provider AS provider, m.meta.model AS model, m.meta.source AS source,
         coalesce(try_strptime(regexp_extract(f.session_id,
             '^session-(\\d{4}-\\d{2}-\\d{2}-\\d{2}-\\d{2}-\\d{2})-[0-9a-f]{8}$', 1),
             '%Y-%m-%d-%H-%M-%S'), t.first_ts::TIMESTAMP) AS created,
         f.files, coalesce(t.records, 0) AS records, t.last_ts AS last_activity,
         coalesce(try_cast(f.date_dir AS DATE), created::DATE) AS day
-    FROM f LEFT JOIN m USING (session_id) LEFT JOIN t USING (session_id)
+    FROM f LEFT JOIN m USING (sid) LEFT JOIN t USING (sid)
     """,
     """
     CREATE OR REPLACE TEMP VIEW sessions AS
@@ -98,140 +122,146 @@ _SQL: Final = [
     """,
     """
     CREATE OR REPLACE TEMP VIEW records AS
-    SELECT e.session_id, e.path AS file, e.file_index, e.line_no AS line, e.ordinal, e.seq,
+    SELECT s.session_id, f.path AS file, e.file_index, e.line_no AS line, e.ordinal, e.seq,
         e.ts AS timestamp, try_cast(e.ts AS TIMESTAMPTZ) AS time, e.type,
-        _str(e.p.type) AS payload_type, e.nbytes AS bytes, e.has_origin, s.day
-    FROM _ev e JOIN _sessions s USING (session_id)
+        e.ptype AS payload_type, e.nbytes AS bytes, e.has_origin, s.day
+    FROM _ev e JOIN _sessions s USING (sid) JOIN _files f ON f.fid = e.fid
     """,
     # The Usage fold.  ``span_k``/``span_seq``: the last session_meta, request_begin or
     # request_end before the record (an open span is a request_begin there).
     """
     CREATE OR REPLACE TEMP TABLE _fold AS
-    WITH e AS (
+    WITH base AS (
+        SELECT *, lag(k) OVER (PARTITION BY sid ORDER BY seq) AS prev_k
+        FROM _ev
+        WHERE NOT has_origin AND k <> 'P'
+    ), rel AS (
+        SELECT * FROM base WHERE k IN ('M', 'B', 'E', 'U', 'CB', 'CE', 'A')
+    ), e AS (
+        -- "the last X before this record" as a running max of seq * 4 + code (seq grows).
         SELECT *,
             greatest(count(*) FILTER (WHERE k = 'M') OVER (w ROWS BETWEEN UNBOUNDED PRECEDING
                                                             AND CURRENT ROW), 1) AS file_no,
-            coalesce(last_value(CASE k WHEN 'CB' THEN true WHEN 'CE' THEN false
-                                       WHEN 'M' THEN false END IGNORE NULLS)
-                     OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), false)
-                AS in_compaction,
-            last_value(CASE WHEN k IN ('M', 'B', 'E') THEN k END IGNORE NULLS)
-                OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS span_k,
-            last_value(CASE WHEN k IN ('M', 'B', 'E') THEN seq END IGNORE NULLS)
-                OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS span_seq,
-            lag(k) OVER w AS prev_k
-        FROM _ev
-        WHERE NOT has_origin AND k <> 'P'
-        WINDOW w AS (PARTITION BY session_id ORDER BY seq)
+            max(CASE k WHEN 'CB' THEN seq * 4 + 1 WHEN 'CE' THEN seq * 4 + 2
+                       WHEN 'M' THEN seq * 4 + 3 END)
+                OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS last_comp,
+            max(CASE k WHEN 'M' THEN seq * 4 + 1 WHEN 'B' THEN seq * 4 + 2
+                       WHEN 'E' THEN seq * 4 + 3 END)
+                OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS last_span
+        FROM rel
+        WINDOW w AS (PARTITION BY sid ORDER BY seq)
+    ), f AS (
+        SELECT * EXCLUDE (last_comp, last_span),
+            coalesce(last_comp % 4 = 1, false) AS in_compaction,
+            CASE last_span % 4 WHEN 1 THEN 'M' WHEN 2 THEN 'B' WHEN 3 THEN 'E' END AS span_k,
+            last_span // 4 AS span_seq
+        FROM e
     )
     SELECT *,
         CASE WHEN k = 'E' THEN CASE WHEN span_k = 'B' THEN span_seq ELSE seq END END AS row_seq,
         lag(CASE WHEN k = 'E' THEN CASE WHEN span_k = 'B' THEN span_seq ELSE seq END END)
-            OVER (PARTITION BY session_id ORDER BY seq) AS prev_row_seq
-    FROM e
-    WHERE k IN ('M', 'B', 'E', 'U', 'CB', 'CE', 'A')
+            OVER (PARTITION BY sid ORDER BY seq) AS prev_row_seq
+    FROM f
     """,
     """
     CREATE OR REPLACE TEMP VIEW requests AS
     WITH opened AS (
-        SELECT session_id, seq AS row_seq, file_no, path AS begin_file,
+        SELECT sid, seq AS row_seq, file_no, fid AS begin_fid,
             ordinal AS begin_ordinal, ts AS begin_ts,
             CASE WHEN in_compaction THEN 'compaction' ELSE 'turn' END AS kind
         FROM _fold WHERE k = 'B'
         UNION ALL
-        SELECT session_id, seq, file_no, NULL, NULL, NULL,
+        SELECT sid, seq, file_no, NULL, NULL, NULL,
             CASE WHEN in_compaction THEN 'compaction' ELSE 'turn' END
         FROM _fold WHERE k = 'E' AND span_k IS DISTINCT FROM 'B'
     ), ended AS (
-        SELECT session_id, row_seq, path AS end_file, ordinal AS end_ordinal, ts AS end_ts,
-            _str(p.status) AS status, _int(p.attempt) AS attempt,
-            _int(p.retry_in_ms) AS retry_in_ms, _str(p.error_message) AS error_message
+        SELECT sid, row_seq, fid AS end_fid, ordinal AS end_ordinal, ts AS end_ts,
+            status, attempt, retry_in_ms, error_message
         FROM _fold WHERE k = 'E'
     ), tokens AS (
-        SELECT session_id, row_seq, arg_max(_counts(p.request), seq) AS c
-        FROM (SELECT session_id, seq, p,
+        SELECT sid, row_seq, arg_max(req, seq) AS c
+        FROM (SELECT sid, seq, req,
                      CASE WHEN span_k = 'B' THEN span_seq
                           WHEN prev_k = 'E' THEN prev_row_seq END AS row_seq
               FROM _fold WHERE k = 'U')
         WHERE row_seq IS NOT NULL
         GROUP BY ALL
     )
-    SELECT o.session_id, s.project, s.agent, s.provider, s.model, s.day, o.row_seq AS seq,
-        coalesce(o.begin_file, n.end_file) AS file, o.file_no, o.begin_ordinal,
+    SELECT s.session_id, s.project, s.agent, s.provider, s.model, s.day, o.row_seq AS seq,
+        f.path AS file, o.file_no, o.begin_ordinal,
         n.end_ordinal, o.kind, n.status, n.attempt, n.retry_in_ms, n.error_message,
         o.begin_ts, n.end_ts,
         epoch_ms(try_cast(n.end_ts AS TIMESTAMPTZ))
             - epoch_ms(try_cast(o.begin_ts AS TIMESTAMPTZ)) AS duration_ms,
-        coalesce(_int(t.c.cache_read), 0) AS cache_read,
-        coalesce(_int(t.c.cache_write), 0) AS cache_write,
-        coalesce(_int(t.c.output), 0) AS output,
-        coalesce(_int(t.c.total), 0) AS total,
+        coalesce(t.c.cache_read, 0) AS cache_read,
+        coalesce(t.c.cache_write, 0) AS cache_write,
+        coalesce(t.c.output, 0) AS output,
+        coalesce(t.c.total, 0) AS total,
         t.c IS NOT NULL AS has_usage
     FROM opened o
-    LEFT JOIN ended n USING (session_id, row_seq)
-    LEFT JOIN tokens t USING (session_id, row_seq)
-    JOIN _sessions s USING (session_id)
+    LEFT JOIN ended n USING (sid, row_seq)
+    LEFT JOIN tokens t USING (sid, row_seq)
+    JOIN _sessions s USING (sid)
+    JOIN _files f ON f.fid = coalesce(o.begin_fid, n.end_fid)
     """,
     """
     CREATE OR REPLACE TEMP VIEW usage AS
-    SELECT f.session_id, s.project, s.agent, s.provider, s.model, s.day, f.path AS file,
+    SELECT s.session_id, s.project, s.agent, s.provider, s.model, s.day, fl.path AS file,
         f.file_no, f.ordinal, f.seq, f.ts AS timestamp, try_cast(f.ts AS TIMESTAMPTZ) AS time,
         CASE WHEN f.span_k = 'B' THEN f.span_seq WHEN f.prev_k = 'E' THEN f.prev_row_seq END
             AS request_seq,
-        coalesce(_int(_counts(f.p.request).cache_read), 0) AS cache_read,
-        coalesce(_int(_counts(f.p.request).cache_write), 0) AS cache_write,
-        coalesce(_int(_counts(f.p.request).output), 0) AS output,
-        coalesce(_int(_counts(f.p.request).total), 0) AS total,
-        coalesce(_int(_counts(f.p.session).cache_read), 0) AS session_cache_read,
-        coalesce(_int(_counts(f.p.session).cache_write), 0) AS session_cache_write,
-        coalesce(_int(_counts(f.p.session).output), 0) AS session_output,
-        coalesce(_int(_counts(f.p.session).total), 0) AS session_total
-    FROM _fold f JOIN _sessions s USING (session_id)
+        coalesce(f.req.cache_read, 0) AS cache_read,
+        coalesce(f.req.cache_write, 0) AS cache_write,
+        coalesce(f.req.output, 0) AS output,
+        coalesce(f.req.total, 0) AS total,
+        coalesce(f.sess.cache_read, 0) AS session_cache_read,
+        coalesce(f.sess.cache_write, 0) AS session_cache_write,
+        coalesce(f.sess.output, 0) AS session_output,
+        coalesce(f.sess.total, 0) AS session_total
+    FROM _fold f JOIN _sessions s USING (sid) JOIN _files fl ON fl.fid = f.fid
     WHERE f.k = 'U'
     """,
     # R-MSG-15: only a tool_call whose stop_reason is completed is a real call.
     """
     CREATE OR REPLACE TEMP VIEW tool_calls AS
     WITH calls AS (
-        SELECT session_id, seq, path, ordinal, ts, _str(p.tool_call_id) AS call_id,
-            _str(p.name) AS name, strlen(_str(p.arguments)) AS arguments_bytes
+        SELECT sid, seq, fid, ordinal, ts, call_id, name, arguments_bytes
         FROM _ev
-        WHERE k = 'TC' AND NOT has_origin
-          AND coalesce(_str(p.stop_reason), 'completed') = 'completed'
+        WHERE k = 'TC' AND NOT has_origin AND stop_reason = 'completed'
     ), answers AS (
-        SELECT session_id, seq, k, ts, _str(p.tool_call_id) AS call_id,
-            _str(p.decision) AS decision,
-            coalesce(_str(p.stop_reason), 'completed') AS status,
-            strlen(_str(p.output)) AS output_bytes
+        SELECT sid, seq, k, ts, call_id, decision, stop_reason AS status, output_bytes
         FROM _ev WHERE k IN ('D', 'TO') AND NOT has_origin
     ), firsts AS (
-        SELECT c.session_id, c.seq,
+        SELECT c.sid, c.seq,
             arg_min(a.decision, a.seq) FILTER (WHERE a.k = 'D') AS decision,
             arg_min({'ts': a.ts, 'status': a.status, 'bytes': a.output_bytes}, a.seq)
                 FILTER (WHERE a.k = 'TO') AS out
         FROM calls c JOIN answers a
-          ON a.session_id = c.session_id AND a.call_id = c.call_id AND a.seq > c.seq
+          ON a.sid = c.sid AND a.call_id = c.call_id AND a.seq > c.seq
         GROUP BY ALL
     )
-    SELECT c.session_id, s.project, s.agent, s.provider, s.model, s.day, c.path AS file,
+    SELECT s.session_id, s.project, s.agent, s.provider, s.model, s.day, fl.path AS file,
         c.ordinal, c.ts AS timestamp, try_cast(c.ts AS TIMESTAMPTZ) AS time, c.call_id,
         c.name, c.arguments_bytes, f.decision, f.out.status AS output_status,
         epoch_ms(try_cast(f.out.ts AS TIMESTAMPTZ)) - epoch_ms(try_cast(c.ts AS TIMESTAMPTZ))
             AS duration_ms,
         f.out.bytes AS output_bytes
-    FROM calls c LEFT JOIN firsts f USING (session_id, seq) JOIN _sessions s USING (session_id)
+    FROM calls c LEFT JOIN firsts f USING (sid, seq) JOIN _sessions s USING (sid)
+    JOIN _files fl ON fl.fid = c.fid
     """,
     """
     CREATE OR REPLACE TEMP VIEW diagnostics AS
-    SELECT d.session_id, d.path AS file, d.line, d.kind, d.detail,
+    SELECT f.session_id, f.path AS file, d.line, d.kind, d.detail,
         coalesce(s.day, try_cast(f.date_dir AS DATE)) AS day
-    FROM _diagnostics d JOIN _files f ON f.path = d.path
-    LEFT JOIN _sessions s ON s.session_id = d.session_id
+    FROM _diagnostics d JOIN _files f ON f.fid = d.fid
+    LEFT JOIN _sessions s ON s.sid = d.sid
     """,
 ]
 
 
 def create_views(con: duckdb.DuckDBPyConnection) -> None:
-    """Create the public views (and their helper tables) over ``_records``."""
+    """Create the public views over ``_records``: the parts several views share (each record's
+    kind and position, the sessions, the fold's state per record) are computed once, as
+    tables; the public views themselves are computed by the query that reads them."""
     for statement in _SQL:
         con.execute(statement)

@@ -1,0 +1,92 @@
+"""Fleet analytics (issue 21): 20,000 generated sessions -- the ``tools`` report through DuckDB
+(``replay.analytics``: reading every trace, building the views, running the report) against
+``penguin stats --all`` in process (a Python fold per session), as a ratio measured in the same
+run (target >= 10x), and the Parquet export's throughput in MB/s of JSONL read.
+
+``python -m bench analytics``; ``BENCH_FLEET=N`` changes the number of sessions.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from penguin.cli._cli import app
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "tests" / "support"))
+from fleetkit import generate_fleet
+
+SESSIONS = int(os.environ.get("BENCH_FLEET", "20000"))
+REPEATS = 3
+
+
+def _best(fn: Callable[[], object], repeats: int = REPEATS) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def main() -> None:
+    try:
+        from replay.analytics import open_fleet
+    except ImportError:  # pragma: no cover - the extra is part of `make bench`'s venv
+        print("analytics: DuckDB not installed (pip install 'penguin-engine[analytics]')")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp) / "home"
+        start = time.perf_counter()
+        files = generate_fleet(home, SESSIONS, seed=20)
+        t_gen = time.perf_counter() - start
+        size = sum(p.stat().st_size for p in files)
+
+        def tools_report() -> object:
+            with open_fleet(home=home) as fleet:
+                return fleet.report("tools").rows
+
+        def stats_all() -> object:
+            result = CliRunner().invoke(app, ["--home", str(home), "stats", "--all", "--json"])
+            if result.exit_code != 0:
+                raise RuntimeError(f"stats --all exited {result.exit_code}")
+            return result
+
+        def export() -> object:
+            with open_fleet(home=home) as fleet:
+                return fleet.export_parquet(Path(tmp) / "parquet")
+
+        t_tools = _best(tools_report)
+        t_stats = _best(stats_all, repeats=2)
+        t_export = _best(export, repeats=2)
+        with open_fleet(home=home) as fleet:
+            t0 = time.perf_counter()
+            fleet.report("tools")
+            t_report_only = time.perf_counter() - t0
+            requests = fleet.sql("SELECT count(*) FROM requests").rows[0][0]
+
+    mb = size / 1e6
+    print(
+        f"analytics: {SESSIONS} sessions, {len(files)} files, {size / 2**20:.1f} MiB JSONL, "
+        f"{requests} request spans, generated in {t_gen:.1f} s"
+    )
+    print(f"  stats --all (in process)            {t_stats * 1000:9.0f} ms   (baseline)")
+    print(
+        f"  query --report tools (DuckDB)       {t_tools * 1000:9.0f} ms   "
+        f"x{t_stats / t_tools:5.1f} faster than stats --all (target >= 10)"
+    )
+    print(f"    of which the report on built views {t_report_only * 1000:8.0f} ms")
+    print(
+        f"  export-parquet (all six views)      {t_export * 1000:9.0f} ms   "
+        f"{mb / t_export:6.1f} MB/s of JSONL read"
+    )
+
+
+if __name__ == "__main__":
+    main()
