@@ -84,7 +84,7 @@ ROUTES: tuple[RouteSpec, ...] = (
         rf.context_at,
         "The request at ?at=<file>:<ordinal>",
         None,
-        (200, 501),
+        (200, 400, 404),
     ),
     RouteSpec(
         "GET", _S + "/scratchpad/{name:path}", rf.scratchpad, "A scratchpad file", None, (200, 404)
@@ -95,7 +95,7 @@ ROUTES: tuple[RouteSpec, ...] = (
         rf.import_trace,
         "Import a trace",
         bd.ImportBody,
-        (201, 400, 409, 501),
+        (201, 400, 409),
     ),
     RouteSpec("GET", "/api/usage", rf.usage, "Usage aggregates (?from=&to=&group_by=&session=)"),
     RouteSpec("GET", "/api/usage/errors", rf.usage_errors, "Failed requests"),

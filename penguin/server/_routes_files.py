@@ -16,10 +16,12 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 
 from eventstore import Diagnostic, encode, scan_trace
+from replay import ImportRefused, parse_position, trace_point
+from replay import import_trace as replay_import
 
 from ._auth import COOKIE
-from ._bodies import LoginBody, read_body
-from ._context import ctx_of, error_response, json_response
+from ._bodies import ImportBody, LoginBody, read_body
+from ._context import ctx_of, json_response
 from ._exceptions import ApiError
 from ._hosted import Hosted
 from ._traces import indexed_files
@@ -138,17 +140,50 @@ async def trace_raw(request: Request) -> Response:
 
 
 async def context_at(request: Request) -> Response:
+    """R-SRV-11 / R-TOOL-1: the request sent at ``?at=<file>:<ordinal>`` (or the context after
+    any other record), from the same ``replay.trace_point`` as ``penguin inspect --at``."""
     ctx = ctx_of(request)
-    await ctx.host.get(request.path_params["id"])
-    return error_response(
-        501, "not_implemented", "time travel (replay.request_at) has not landed yet"
-    )
+    h = await ctx.host.get(request.path_params["id"])
+    try:
+        position = parse_position(request.query_params.get("at", ""))
+    except ValueError as exc:
+        raise ApiError(400, "invalid_query", str(exc)) from None
+    files = [p for _, p in _files(request, h)]
+
+    def build() -> dict[str, object]:
+        data = trace_point(files, position).as_json()
+        data.pop("path", None)  # a server path; the client names files by index
+        return data
+
+    try:
+        return json_response(await anyio.to_thread.run_sync(build))
+    except ValueError as exc:
+        message = str(exc)
+        for path in files:  # name files, never server paths
+            message = message.replace(str(path), path.name)
+        raise ApiError(404, "position_not_found", message) from None
 
 
 async def import_trace(request: Request) -> Response:
-    return error_response(
-        501, "not_implemented", "trace import (replay.import_trace) has not landed yet"
-    )
+    """R-SRV-11 / R-TOOL-5: ``{jsonl}`` becomes a new session (409 when it exists, 400 with
+    the validator's findings)."""
+    ctx = ctx_of(request)
+    body = await read_body(request, ImportBody, limit=ctx.body_limit)
+    data = body.jsonl.encode("utf-8", errors="surrogateescape")
+    try:
+        result = await anyio.to_thread.run_sync(lambda: replay_import(data, ctx.root))
+    except ImportRefused as exc:
+        findings = [str(f) for f in exc.findings]
+        error = {"code": "invalid_trace", "message": str(exc), "findings": findings}
+        return json_response({"error": error}, 400)
+    except FileExistsError as exc:
+        raise ApiError(409, "trace_session_exists", str(exc)) from None
+    except ValueError as exc:
+        raise ApiError(400, "invalid_trace", str(exc)) from None
+    ctx.session_created_event(result.session_id, "import")
+    await ctx.refresh_index(max_age=0)
+    h = await ctx.host.get(result.session_id)
+    return json_response(ctx.row(h, ctx.index.session_row(result.session_id)), 201)
 
 
 async def scratchpad(request: Request) -> Response:
