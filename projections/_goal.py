@@ -33,7 +33,7 @@ from eventstore import (
 
 from .markers import goal_round_of, is_context_summary, is_steering
 
-__all__ = ["GOAL_KINDS", "GoalOutcome", "GoalState"]
+__all__ = ["GOAL_KINDS", "GOAL_STARTS", "GoalOutcome", "GoalState"]
 
 GoalOutcome: TypeAlias = Literal["complete", "blocked", "budget_limited", "aborted"]
 
@@ -54,7 +54,8 @@ class GoalState:
     round_cut: bool = False
 
     # --- fold scratch (not part of equality) ---------------------------------------------
-    _counting: bool = field(default=False, init=False, repr=False, compare=False)
+    # Between a round input and the goal's end: the goal's records (not part of equality).
+    counting: bool = field(default=False, init=False, repr=False, compare=False)
     _in_request: bool = field(default=False, init=False, repr=False, compare=False)
     # Inside a compaction span the compaction prompt is a recorded user text (R-COMPACT-8).
     _in_compaction: bool = field(default=False, init=False, repr=False, compare=False)
@@ -78,14 +79,18 @@ class GoalState:
             return
         payload = record.payload
         kind = type(payload)
-        if kind in GOAL_KINDS:
+        if self.counting:
+            if kind in GOAL_KINDS:
+                self.apply_payload(kind, payload)
+        elif kind in GOAL_STARTS:
             self.apply_payload(kind, payload)
 
     def apply_payload(self, kind: type[Any], payload: Any) -> None:
-        """``apply`` for a payload of one of ``GOAL_KINDS`` from a record of this session
-        (``SessionState`` calls it from its own fold)."""
+        """Fold a payload of this session's record.  Only payloads of ``GOAL_KINDS`` while
+        ``counting``, else only of ``GOAL_STARTS``, can change anything: ``SessionState``
+        checks that first (the fold is on its hot path), as ``apply`` does."""
         if kind is TokenUsagePayload:
-            if self._counting:
+            if self.counting:
                 request = payload.request
                 self.tokens_used += max(0, request.total - request.cache_read)
         elif kind is RequestBeginPayload:
@@ -99,19 +104,19 @@ class GoalState:
         elif kind is CompactionEndPayload:
             self._in_compaction = False
         elif kind is AbortPayload:
-            if self._counting:
+            if self.counting:
                 self.round_cut = True
         elif kind is GoalFinishedPayload:
             self.outcome = payload.outcome
             self.rounds = payload.rounds
             self.tokens_used = payload.tokens_used
-            self._counting = False
+            self.counting = False
 
     def _on_text(self, payload: TextPayload) -> None:
         if payload.role == "assistant":
             # Outside any request span the engine writes only the max-turns notice (R-MAXT-2).
             if (
-                self._counting
+                self.counting
                 and not self._in_request
                 and payload.stop_reason not in (None, "completed")
             ):
@@ -123,18 +128,22 @@ class GoalState:
         found = goal_round_of(text) if text.startswith("[goal]") else None
         if found is None:
             if not (is_steering(text) or is_context_summary(text)):
-                self._counting = False
+                self.counting = False
             return
         round_no, body = found
+        # Spans are tracked only while counting; a round input is never written inside one.
+        self._in_request = False
+        self._in_compaction = False
         if round_no == 1 or self.objective is None:
             self.objective = body
             self.tokens_used = 0
         self.rounds = round_no
         self.outcome = None
         self.round_cut = False
-        self._counting = True
+        self.counting = True
 
 
+GOAL_STARTS: frozenset[type[Any]] = frozenset({TextPayload, GoalFinishedPayload})
 GOAL_KINDS: frozenset[type[Any]] = frozenset(
     {
         TokenUsagePayload,

@@ -38,6 +38,7 @@ from eventstore import (
     CompactionEndPayload,
     CompactionMode,
     CompactionReason,
+    GoalFinishedPayload,
     OmniMessage,
     RequestBeginPayload,
     RequestEndPayload,
@@ -50,7 +51,7 @@ from eventstore import (
     ToolListReadyPayload,
 )
 
-from ._goal import GOAL_KINDS, GoalState
+from ._goal import GoalState
 from .markers import extract_summary
 
 __all__ = ["SessionState"]
@@ -117,8 +118,6 @@ class SessionState:
         if kind in _PARTIALS:
             return
         self.records += 1
-        if kind in GOAL_KINDS:
-            self.goal.apply_payload(kind, payload)
         # Dispatch on the exact payload type: an isinstance chain costs more than the fold.
         handler = _HANDLERS.get(kind)
         if self._closed or self._head or kind is SessionMetaPayload:
@@ -151,7 +150,12 @@ class SessionState:
 
     # ------------------------------------------------------------------------- handlers
 
+    # The goal fold rides on these handlers: it needs its records only while a goal is counting,
+    # and otherwise only a round input or a goal_finished (the fold is on resume's hot path).
+
     def _on_request_begin(self, payload: RequestBeginPayload) -> None:
+        if self.goal.counting:
+            self.goal.apply_payload(RequestBeginPayload, payload)
         if self.open_request:
             self._end_span(committed=False)  # R-RESUME-5
         self.open_request = True
@@ -162,11 +166,15 @@ class SessionState:
         self._span_texts = []
 
     def _on_request_end(self, payload: RequestEndPayload) -> None:
+        if self.goal.counting:
+            self.goal.apply_payload(RequestEndPayload, payload)
         self.last_request_status = payload.status
         if self.open_request:
             self._end_span(committed=payload.status == "completed")
 
     def _on_text(self, payload: TextPayload) -> None:
+        if self.goal.counting or payload.text.startswith("[goal]"):
+            self.goal.apply_payload(TextPayload, payload)
         if payload.role == "assistant":
             if not self.open_request:
                 # Outside any span only the max-turns notice is written (R-MAXT-2).
@@ -179,15 +187,24 @@ class SessionState:
             self._span_calls = True
 
     def _on_abort(self, payload: AbortPayload) -> None:
+        if self.goal.counting:
+            self.goal.apply_payload(AbortPayload, payload)
         self._awaiting_tools = False
 
+    def _on_goal_finished(self, payload: GoalFinishedPayload) -> None:
+        self.goal.apply_payload(GoalFinishedPayload, payload)
+
     def _on_compaction_begin(self, payload: CompactionBeginPayload) -> None:
+        if self.goal.counting:
+            self.goal.apply_payload(CompactionBeginPayload, payload)
         self.open_compaction = (payload.reason, payload.mode)
         self._compaction_texts = []
 
     def _on_token_usage(self, payload: TokenUsagePayload) -> None:
         # R-RESUME-11: both figures are "of the last token_usage"; one found right after a
         # request_end (R-RUN-16) is that request's and is still the last one.
+        if self.goal.counting:
+            self.goal.apply_payload(TokenUsagePayload, payload)
         self.session_tokens = payload.session
         self.last_request_total = payload.request.total
         if self.open_request:
@@ -215,6 +232,8 @@ class SessionState:
         self._span_texts = []
 
     def _on_compaction_end(self, payload: CompactionEndPayload) -> None:
+        if self.goal.counting:
+            self.goal.apply_payload(CompactionEndPayload, payload)
         if self.open_request:
             self._end_span(committed=self._span_usage)  # R-RESUME-15b
         self.open_compaction = None
@@ -265,4 +284,5 @@ _HANDLERS: dict[type[Any], Callable[[SessionState, Any], None]] = {
     AbortPayload: SessionState._on_abort,
     CompactionBeginPayload: SessionState._on_compaction_begin,
     CompactionEndPayload: SessionState._on_compaction_end,
+    GoalFinishedPayload: SessionState._on_goal_finished,
 }

@@ -157,6 +157,8 @@ async def test_complete_in_round_one(env: Env) -> None:
     (first,) = round_inputs(records)
     assert first == expected_block(session, 1, 0, 50_000, wrap=False) + "\n\n" + OBJECTIVE
     assert llm.requests[0].messages[-1].payload.text == first  # type: ignore[union-attr]
+    # Unlike a plain prompt, the round input is yielded, first, right after it is written.
+    assert stream[0] == records[1] and round_inputs(stream) == [first]
     # R-GOAL-2: created 0600 with objective and status; the model changed the status only.
     path = goal_file(session)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
@@ -631,6 +633,43 @@ async def test_an_ended_goals_input_is_downgraded_in_carry_over(env: Env) -> Non
     assert f"  [user_input]{note}\n{OBJECTIVE}[/user_input]" in aborted
     assert "[goal]\nround:" not in aborted
     assert sent[-1] == "what happened?"
+
+
+class AbortWhileListingTools(LocalEnvironment):
+    """Fires the run's signal while the first round resolves its tools: the round input is
+    written and then the task is aborted before its request (R-RUN-7)."""
+
+    signal: AbortSignal
+
+    async def list_tools(self) -> Any:
+        self.signal.abort()
+        return await super().list_tools()
+
+
+async def test_a_round_aborted_before_its_request_is_downgraded_next_run(env: Env) -> None:
+    """R-CARRY-12 at the next-input assembly (R-RUN-5): the whole round input stayed carry-over
+    unchanged (R-RUN-7); the next ordinary task sends it with the block replaced by the note."""
+    environment = AbortWhileListingTools(env.workspace)
+    environment.signal = AbortSignal()
+    session, llm = await make_session(env, [[{"text": "ok"}]], environment=environment)
+    async with session:
+        stream = await collect(
+            session.run(
+                [b.user_text(OBJECTIVE)],
+                approve=allow_all,
+                signal=environment.signal,
+                goal=GoalOptions(),
+            )
+        )
+        assert llm.requests == []
+        records = check_trace(session, stream)
+        assert isinstance(records[-2].payload, AbortPayload)
+        assert (finished(records[-1]).outcome, finished(records[-1]).rounds) == ("aborted", 1)
+        stream = await collect(session.run([b.user_text("what happened?")], approve=allow_all))
+    check_trace(session, stream)
+    sent = [m.payload.text for m in llm.requests[0].messages if isinstance(m.payload, TextPayload)]
+    note = "[goal round 1 of an ended goal run — protocol omitted; do not act on it]"
+    assert sent == [f"{note}\n{OBJECTIVE}", "what happened?"]
 
 
 async def test_a_plain_task_between_rounds_is_not_the_goals_cost(env: Env) -> None:

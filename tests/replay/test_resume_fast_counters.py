@@ -46,7 +46,6 @@ from eventstore import (
 from eventstore import _reader as reader
 from eventstore import builders as b
 from projections import ModelContext, SessionState
-from projections._goal import GOAL_KINDS
 from projections._state import _HANDLERS as STATE_HANDLERS
 from projections._state import _PARTIALS
 from replay import load_session
@@ -94,8 +93,6 @@ def reference_apply(state: SessionState, record: OmniMessage) -> None:
     if kind in _PARTIALS:
         return
     state.records += 1
-    if kind in GOAL_KINDS:
-        state.goal.apply_payload(kind, record.payload)
     state._apply_rare(kind, record.payload, STATE_HANDLERS.get(kind))
 
 
