@@ -38,7 +38,7 @@ test-extended: $(STAMP)
 	PENGUIN_EXTENDED=1 $(BIN)/python -m pytest -q
 
 demo: $(STAMP)
-	$(BIN)/penguin demo
+	$(BIN)/penguin --init demo
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

@@ -28,9 +28,13 @@ __all__ = [
     "CliError",
     "Globals",
     "Target",
+    "console",
     "err_console",
     "errors_to_exit_codes",
     "find_trace_files",
+    "hoist_globals",
+    "quiet_stdout",
+    "match_session_id",
     "out_console",
     "resolve_target",
     "sniff_trace",
@@ -55,14 +59,55 @@ class CliError(Exception):
 
 @dataclass(slots=True)
 class Globals:
-    """``--home/--project/--agent``; ``home`` None means ``$PENGUIN_HOME`` or the default."""
+    """``--home/--project/--agent/--init``; ``home`` None means ``$PENGUIN_HOME`` or the
+    default."""
 
     home: Path | None = None
     project: str | None = None
     agent: str | None = None
+    init: bool = False
 
     def root(self) -> DataRoot:
-        return DataRoot(self.home)
+        """The data root for reading: it must not be a file (an absent one holds nothing)."""
+        root = DataRoot(self.home)
+        if root.home.exists() and not root.home.is_dir():
+            raise CliError(
+                f"data root {safe(str(root.home))} is a file, not a directory "
+                "(--home DIR or $PENGUIN_HOME names the directory holding the sessions)"
+            )
+        return root
+
+    def writable_root(self) -> DataRoot:
+        """The data root for a command that records: it must be a writable directory.  An
+        absent one is created with ``--init``, or after a yes on a terminal."""
+        root = self.root()
+        home = root.home
+        shown = safe(str(home), keep_newlines=False)
+        if not home.exists():
+            if not self.init and not _confirm_create(shown):
+                raise CliError(
+                    f"no data root at {shown}: pass --init to create it "
+                    "(or --home DIR to use another)"
+                )
+            try:
+                home.mkdir(parents=True, mode=0o700)
+            except OSError as exc:
+                raise CliError(f"cannot create the data root {shown}: {exc.strerror}") from None
+        elif not os.access(home, os.W_OK | os.X_OK):
+            raise CliError(f"data root {shown} is not writable")
+        return root
+
+
+def _confirm_create(shown: str) -> bool:
+    """Ask on a terminal; never without one (a script must say ``--init``)."""
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return False
+    err_console().print(f"Create a new data root at {shown}? [y/N] ", end="")
+    try:
+        answer = sys.stdin.readline()
+    except (OSError, ValueError):
+        return False
+    return answer.strip().lower() in ("y", "yes")
 
 
 def _no_color() -> bool:
@@ -81,6 +126,10 @@ def out_console() -> Console:
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console.width = _PIPE_WIDTH
     return console
+
+
+def console(*, stderr: bool = False) -> Console:
+    return err_console() if stderr else out_console()
 
 
 def err_console() -> Console:
@@ -106,6 +155,10 @@ def errors_to_exit_codes(*, as_json: bool = False) -> Iterator[None]:
         yield
     except typer.Exit:
         raise
+    except BrokenPipeError:
+        # ``| head`` closed stdout: that is the reader's choice, not an error (exit 0).
+        quiet_stdout()
+        raise typer.Exit(0) from None
     except CliError as exc:
         _fail(exc.message)
         raise typer.Exit(exc.code) from None
@@ -130,6 +183,47 @@ def errors_to_exit_codes(*, as_json: bool = False) -> Iterator[None]:
             raise
         _fail(f"internal error: {type(exc).__name__}: {exc} (PENGUIN_DEBUG=1 shows a traceback)")
         raise typer.Exit(2) from None
+
+
+def quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that the flush at exit cannot fail on a closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+_GLOBAL_VALUES: Final = ("--home", "--project", "--agent")
+_GLOBAL_FLAGS: Final = ("--init",)
+
+
+def hoist_globals(args: list[str]) -> list[str]:
+    """``args`` with the global options found after the command moved before it, so that
+    ``penguin run --home DIR -m …`` means ``penguin --home DIR run -m …``.  Nothing after
+    ``--`` moves."""
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        if args[i] == "--":
+            return args
+        i += 2 if args[i] in _GLOBAL_VALUES else 1
+    if i >= len(args):
+        return args
+    moved: list[str] = []
+    kept: list[str] = []
+    j = i + 1
+    while j < len(args):
+        arg = args[j]
+        if arg == "--":
+            kept += args[j:]
+            break
+        if arg in _GLOBAL_VALUES and j + 1 < len(args):
+            moved += args[j : j + 2]
+            j += 2
+            continue
+        if arg.split("=", 1)[0] in _GLOBAL_VALUES or arg in _GLOBAL_FLAGS:
+            moved.append(arg)
+        else:
+            kept.append(arg)
+        j += 1
+    return [*args[:i], *moved, args[i], *kept]
 
 
 def _fail(message: str) -> None:
@@ -211,6 +305,14 @@ class Target:
     label: str = ""
 
 
+def _exists(root: DataRoot, session_id: str, g: Globals) -> bool:
+    try:
+        root.trace_files(session_id, project=g.project, agent=g.agent)
+    except (FileNotFoundError, LookupError):
+        return False
+    return True
+
+
 def _looks_like_id(text: str) -> bool:
     try:
         validate_id(text, what="session id")
@@ -248,6 +350,8 @@ def resolve_target(arg: str, g: Globals) -> Target:
         return Target(files=[path], session_id=name[0] if name else None, label=str(path))
     if _looks_like_id(arg):
         root = g.root()
+        if not _exists(root, arg, g):
+            arg = match_session_id(root, arg, g) or arg
         try:
             files = root.trace_files(arg, project=g.project, agent=g.agent)
             location = root.locate(arg, project=g.project, agent=g.agent)
@@ -267,19 +371,25 @@ def resolve_target(arg: str, g: Globals) -> Target:
     raise CliError(f"{shown}: no such file or directory")
 
 
+def match_session_id(root: DataRoot, arg: str, g: Globals) -> str | None:
+    """The one session of the root whose id starts with ``arg``, or whose short id (the last 8
+    characters, as listings show it) is ``arg``; None when there is none; ``CliError`` when
+    several match.  One walk of the root."""
+    ids = sorted({i.session_id for i in root.sessions(project=g.project, agent=g.agent)})
+    found = [sid for sid in ids if sid.startswith(arg)] or [sid for sid in ids if sid[-8:] == arg]
+    if len(found) > 1:
+        shown = ", ".join(found[:5]) + (", …" if len(found) > 5 else "")
+        raise CliError(
+            f"session id {safe(arg)} is ambiguous: it matches {len(found)} sessions ({shown})"
+        )
+    return found[0] if found else None
+
+
 def latest_session_id(g: Globals) -> str:
-    """R-ROOT-8: the latest session of the given (or default) project and agent."""
-    root = g.root()
-    kwargs: dict[str, str] = {}
-    if g.project is not None:
-        kwargs["project"] = g.project
-    if g.agent is not None:
-        kwargs["agent"] = g.agent
-    sid = root.latest_session(**kwargs)
-    if sid is None:
-        where = f"{g.project or 'default_project'}/{g.agent or 'default_agent'}"
-        raise CliError(f"no sessions yet for {where} under {safe(str(root.home))}")
-    return sid
+    """The most recently active top-level session of the project/agent (issue 15 item 7)."""
+    from ._listing import resolve_session_id  # the listing builds on this module
+
+    return resolve_session_id(g, None)
 
 
 def group_sessions(files: Iterable[Path]) -> dict[tuple[Path, str] | Path, list[Path]]:

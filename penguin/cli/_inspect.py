@@ -54,6 +54,7 @@ from eventstore import (
 from projections import ModelContext, SessionState
 
 from ._clikit import trace_name
+from ._diagnose import wrong_type
 from ._goal import goal_dict, goal_line
 from ._safe import preview, safe
 
@@ -550,6 +551,11 @@ def build_inspection(files: list[NumberedFile], *, selected: list[int] | None = 
     if paths:
         as_session: Path | list[Path] = paths if len(paths) > 1 else paths[0]
         diagnostics = read_trace(as_session, report=False).diagnostics
+        for pos in positions:
+            for line, record in files[pos].records:
+                why = wrong_type(record)
+                if why is not None:
+                    diagnostics.append(Diagnostic(files[pos].path, line, "malformed", why))
     return Inspection(
         session_id=meta["session_id"] if meta else None,
         meta=meta,
@@ -568,6 +574,18 @@ def build_inspection(files: list[NumberedFile], *, selected: list[int] | None = 
 # --------------------------------------------------------------------------- rendering
 
 
+def _tf(value: object) -> str:
+    """JSON's spelling of a flag, as every other output of the CLI prints it."""
+    return "true" if value is True else "false" if value is False else str(value)
+
+
+def token_words(tokens: dict[str, int]) -> str:
+    """The one wording of token counts (stats, inspect, the summary line): ``input`` is every
+    prompt token, ``cached`` the part read from the provider's cache, ``output`` the reply."""
+    read, write, out = tokens["cache_read"], tokens["cache_write"], tokens["output"]
+    return f"input {read + write} (cached {read}), output {out}, total {tokens['total']}"
+
+
 def _t(text: str, style: str = "") -> Text:
     return Text(text, style=style)
 
@@ -583,7 +601,8 @@ def _fmt_ms(ms: int | None) -> str:
 def _tokens(tokens: dict[str, int] | None) -> str:
     if not tokens:
         return ""
-    return f"tokens {tokens.get('total', 0)} (in {tokens.get('cache_read', 0) + tokens.get('cache_write', 0)}, out {tokens.get('output', 0)})"
+    full = {k: int(tokens.get(k, 0)) for k in ("cache_read", "cache_write", "output", "total")}
+    return f"tokens: {token_words(full)}"
 
 
 def _entry_line(e: dict[str, Any]) -> tuple[str, str]:
@@ -702,18 +721,15 @@ def render_inspection(console: Console, insp: Inspection, *, label: str, indent:
         f"  turns: {s['turns_total']} total, {s['turns_in_context']} in context; "
         f"records {s['records']}; files {s['files']}"
     )
-    line(
-        f"  session tokens: {tokens['total']} (cache_read {tokens['cache_read']}, "
-        f"cache_write {tokens['cache_write']}, output {tokens['output']}); "
-        f"last request {s['last_request_total']}"
-    )
+    line(f"  session tokens: {token_words(tokens)}; last request {s['last_request_total']}")
     line(
         f"  last request status: {s['last_request_status'] or '-'}; "
-        f"task running: {s['task_running']}; open request: {s['open_request']}; "
+        f"task running: {_tf(s['task_running'])}; open request: {_tf(s['open_request'])}; "
         f"open compaction: {s['open_compaction'] or '-'}"
     )
     line(
-        f"  opened by compaction: {s['from_compaction']}; rotation pending: {s['rotation_pending']}"
+        f"  opened by compaction: {_tf(s['from_compaction'])}; "
+        f"rotation pending: {_tf(s['rotation_pending'])}"
     )
     if s.get("goal"):
         line(goal_line(s["goal"]))
@@ -723,7 +739,7 @@ def render_inspection(console: Console, insp: Inspection, *, label: str, indent:
     summary = c["pending_summary"]
     line(
         f"  history: {c['history']} messages; carry-over: {c['carry_over']} messages; "
-        f"closed: {c['closed']}"
+        f"closed: {_tf(c['closed'])}"
     )
     line("  pending summary: " + (preview(summary, 120) if summary else "none"))
 

@@ -1,17 +1,15 @@
 """Driving one task from the terminal: ``penguin run`` and ``penguin resume -m`` (R-CLI-1/2).
 
-Owns: building the LLM from the command line (the embedded script, a script file, or a real
-provider looked up lazily in ``engine.llm``), choosing the environment, the approval callback
-(``allow-all``, ``deny-all`` or ``ask`` — y/n read from stdin in a daemon thread), Ctrl-C
+Owns: choosing the environment, the approval callback (``allow-all``, ``deny-all``, ``ask`` —
+y/n read from stdin in a daemon thread — or ``refuse``, deny with a notice), Ctrl-C
 handling (first → the run's ``AbortSignal``, second → exit 130 at once), the live ``[retry]``
 countdown on a terminal's stderr, streaming the run as a rendering or as JSON lines, and the
 ``--subagents`` host (a ``SessionSubagentRunner`` whose children get the same kind of model).
-Does not: implement any engine behaviour.
+Does not: implement any engine behaviour, or choose the model (``_model``).
 """
 
 from __future__ import annotations
 
-import inspect
 import os
 import signal
 import sys
@@ -19,7 +17,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import anyio
 import anyio.abc
@@ -41,8 +39,7 @@ from engine import (
     allow_all,
     deny_all,
 )
-from engine import llm as llm_module
-from engine.llm import DEFAULT_SCRIPT, ScriptedEnvironment, ScriptedLLM
+from engine.llm import ScriptedEnvironment, ScriptedLLM
 from eventstore import (
     AbortPayload,
     DataRoot,
@@ -53,96 +50,23 @@ from eventstore import (
 )
 
 from ._clikit import CliError
+from ._model import ApproveMode, ModelChoice, build_llm, close_llm
 from ._render import StreamRenderer, short_id
 from ._safe import preview, safe, safe_json_bytes
 
 __all__ = [
     "CHILD_SCRIPT",
     "SUBAGENT_SYSTEM_PROMPT",
-    "ApproveMode",
-    "LlmOptions",
     "RunOutcome",
     "Subagents",
     "build_compaction",
-    "build_llm",
     "build_subagents",
-    "close_llm",
     "drive",
     "environment_for",
 ]
 
-ApproveMode = Literal["ask", "allow-all", "deny-all"]
-
-_PROVIDERS: Final = {"openai": "OpenAICompatible", "anthropic": "Anthropic"}
-_KEY_ENV: Final = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 # How long an approval prompt waits for the stream to show its call first.
 _SHOW_WAIT_S: Final = 1.0
-
-
-@dataclass(slots=True)
-class LlmOptions:
-    script: Path | None = None
-    llm: str | None = None
-    model: str | None = None
-    base_url: str | None = None
-    api_key_env: str | None = None
-
-
-def build_llm(opts: LlmOptions) -> LLM:
-    """The embedded default script, a script file, or a provider from ``engine.llm``."""
-    if opts.llm is None:
-        if opts.model is not None or opts.base_url is not None:
-            raise CliError("--model and --base-url need --llm openai|anthropic")
-        source: Path = opts.script if opts.script is not None else DEFAULT_SCRIPT
-        if opts.script is not None and not opts.script.is_file():
-            raise CliError(f"{safe(str(opts.script))}: no such script file")
-        try:
-            # A resumed session's earlier ids are taken: ScriptedLLM renames (R-RUN-20).
-            return ScriptedLLM(source)
-        except (ValueError, OSError) as exc:
-            raise CliError(f"invalid script {safe(str(source))}: {safe(str(exc))}") from None
-    if opts.script is not None:
-        raise CliError("--script and --llm exclude each other")
-    name = opts.llm.lower()
-    if name not in _PROVIDERS:
-        raise CliError(f"unknown --llm {safe(opts.llm)!r}: choose openai or anthropic")
-    if not opts.model:
-        raise CliError(f"--llm {name} needs --model NAME")
-    cls = getattr(llm_module, _PROVIDERS[name], None)
-    if cls is None:
-        raise CliError(
-            f"the {name} provider is not available in this installation "
-            f"(engine.llm.{_PROVIDERS[name]} is missing)"
-        )
-    env_name = opts.api_key_env or _KEY_ENV[name]
-    key = os.environ.get(env_name)
-    # A local OpenAI-compatible server (vLLM, Ollama, llama.cpp) usually needs no key.
-    keyless = name == "openai" and opts.base_url is not None and opts.api_key_env is None
-    if not key and not keyless:
-        raise CliError(
-            f"set ${env_name} to your API key (or name another variable with --api-key-env)"
-        )
-    kwargs: dict[str, Any] = {"model": opts.model, "api_key": key or None}
-    if opts.base_url is not None:
-        kwargs["base_url"] = opts.base_url
-    try:
-        params = inspect.signature(cls).parameters
-    except (TypeError, ValueError):
-        params = None
-    if params is not None and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        kwargs = {k: v for k, v in kwargs.items() if k in params}
-    try:
-        return cls(**kwargs)  # type: ignore[no-any-return]
-    except (TypeError, ValueError) as exc:
-        raise CliError(f"cannot set up the {name} provider: {safe(str(exc))}") from None
-
-
-async def close_llm(llm: LLM) -> None:
-    """Close a provider's HTTP client (providers have ``aclose``; scripts do not)."""
-    aclose = getattr(llm, "aclose", None)
-    if callable(aclose):
-        with anyio.CancelScope(shield=True):
-            await aclose()
 
 
 def environment_for(
@@ -186,7 +110,7 @@ class Subagents:
 
 def build_subagents(
     llm: LLM,
-    opts: LlmOptions,
+    choice: ModelChoice,
     *,
     root: DataRoot,
     workspace: Path,
@@ -213,7 +137,7 @@ def build_subagents(
     else:
 
         def make() -> LLM:
-            return build_llm(opts)
+            return build_llm(choice)
 
     created: list[LLM] = []
 
@@ -378,6 +302,30 @@ class _Asker:
         return "allow" if answer in ("y", "yes") else "deny"
 
 
+class _RefuseWithNotice:
+    """The default of a real model without a terminal: every call is denied, and the first
+    denial says why and which flag changes it (once per run)."""
+
+    def __init__(self, renderer: StreamRenderer, err: Console) -> None:
+        self._renderer = renderer
+        self._err = err
+        self._told = False
+
+    async def __call__(self, call: OmniMessage) -> Approval:
+        if not self._told:
+            self._told = True
+            self._renderer.break_line()
+            self._err.print(
+                Text(
+                    "[approve] tool calls are refused: stdin is not a terminal and no --approve "
+                    "was given (pass --approve allow-all to let the model run tools)",
+                    style="yellow",
+                ),
+                soft_wrap=True,
+            )
+        return "deny"
+
+
 def _approver(
     mode: ApproveMode, renderer: StreamRenderer, err: Console, cancel: AbortSignal
 ) -> ApproveFn:
@@ -385,6 +333,8 @@ def _approver(
         return allow_all
     if mode == "deny-all":
         return deny_all
+    if mode == "refuse":
+        return _RefuseWithNotice(renderer, err)
     return _Asker(renderer, err, cancel)
 
 

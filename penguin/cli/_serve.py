@@ -7,24 +7,19 @@ approval mode of new sessions) and turning them into ``penguin.server.serve``.  
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from ._cli import (
-    ApproveChoice,
-    BaseUrlOpt,
-    KeyEnvOpt,
-    LlmOpt,
-    ModelOpt,
-    ScriptOpt,
-    _globals,
-    _llm_options,
-    app,
-)
+from ._cli import app
 from ._clikit import CliError, errors_to_exit_codes
-from ._live import build_llm, environment_for
+from ._config import load_config
+from ._live import environment_for
+from ._model import LlmOptions, build_llm, choose_model
+from ._options import ApproveChoice, BaseUrlOpt, KeyEnvOpt, LlmOpt, ModelOpt, ScriptOpt
+from ._run import globals_of
 from ._safe import safe
 
 __all__ = ["serve"]
@@ -82,14 +77,16 @@ def serve(
                 f"penguin serve needs the server extra: pip install 'penguin-engine[server]' "
                 f"({safe(str(exc))})"
             ) from None
-        g = _globals(ctx)
-        options = _llm_options(script, llm, model, base_url, api_key_env)
-        build_llm(options)  # fail at start on a bad script or a missing key
+        g = globals_of(ctx)
+        options = LlmOptions(script, llm.value if llm else None, model, base_url, api_key_env)
+        # The configured model, else exit 2: a server never falls back to a demo script.
+        choice = choose_model(options, config=load_config(g.root().home))
+        build_llm(choice)  # fail at start on a bad script or a missing key
 
         def llm_factory(requested: str | None) -> object:
-            if requested is not None and options.llm is not None:
-                return build_llm(_llm_options(script, llm, requested, base_url, api_key_env))
-            return build_llm(options)
+            if requested is not None and choice.script is None:
+                return build_llm(replace(choice, model=requested))
+            return build_llm(choice)
 
         ws = (workspace or Path.cwd()).expanduser()
         if not ws.is_dir():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 from rich.console import Console
@@ -110,13 +110,22 @@ def _requests_table(summary: dict[str, Any]) -> Table:
     return table
 
 
+# The one wording of token counts (see ``_inspect.token_words``).
+_TOKEN_COLUMNS: Final = ("input", "cached", "output", "total")
+
+
+def _token_cells(counts: dict[str, int]) -> list[str]:
+    read, write = counts["cache_read"], counts["cache_write"]
+    return [str(read + write), str(read), str(counts["output"]), str(counts["total"])]
+
+
 def _tokens_table(summary: dict[str, Any]) -> Table:
     table = Table(title="Tokens", title_justify="left", show_edge=False, pad_edge=False)
     table.add_column("")
-    for key in _TOKEN_KEYS:
+    for key in _TOKEN_COLUMNS:
         table.add_column(key, justify="right")
     for label, counts in (("total", summary["tokens"]), *summary["tokens_by_kind"].items()):
-        table.add_row(_t(label), *(_t(str(counts[k])) for k in _TOKEN_KEYS))
+        table.add_row(_t(label), *(_t(cell) for cell in _token_cells(counts)))
     return table
 
 

@@ -25,8 +25,11 @@ from replay import (
     validate_session,
 )
 
-from ._cli import JsonOpt, _console, _globals, app
+from ._cli import app
 from ._clikit import CliError, errors_to_exit_codes, resolve_target, write_json
+from ._clikit import console as _console
+from ._options import JsonOpt
+from ._run import globals_of as _globals
 from ._safe import safe, safe_json_bytes
 
 __all__: list[str] = []

@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from engine import AbortSignal
+from engine.llm import DEFAULT_SCRIPT
 from eventstore import (
     DataRoot,
     TokenCounts,
@@ -119,6 +120,7 @@ def run_session(tmp_path: Path, home: Path, script: dict[str, Any], *extra: str)
     return invoke(
         "--home",
         home,
+        "--init",
         "run",
         "-m",
         "What is here?",
@@ -254,24 +256,30 @@ def test_run_json_prints_each_message_as_one_json_line_r_cli_1(tmp_path: Path) -
     home = tmp_path / "home"
     result = run_session(tmp_path, home, FAST, "--json")
     assert result.exit_code == 0, result.output
-    lines = result.stdout.splitlines()
-    messages = [decode(line.encode()) for line in lines]  # stdout is only messages
+    head, *lines = result.stdout.splitlines()
+    (sid,) = session_ids(home)
+    # Issue 15 item 17: the first line names the session and its trace, then only messages.
+    assert json.loads(head) == {"session_id": sid, "trace": str(DataRoot(home).latest_trace(sid))}
+    messages = [decode(line.encode()) for line in lines]
     assert any(m.is_partial for m in messages)
-    recorded = read_trace(DataRoot(home).trace_files(session_ids(home)[0])).records
+    recorded = read_trace(DataRoot(home).trace_files(sid)).records
     complete = [encode(m) for m in messages if not m.is_partial]
     # Every complete streamed message is a trace record (the prompt is written, not streamed).
     assert set(complete) <= {encode(r) for r in recorded}
     assert "session: " in result.stderr and "trace: " in result.stderr
 
 
-def test_run_without_a_model_uses_the_embedded_script_r_cli_1(tmp_path: Path) -> None:
+def test_run_without_a_model_refuses_and_says_how_to_set_one_r_cli_1(tmp_path: Path) -> None:
+    """Issue 15 item 1: no silent demo model.  The embedded script used to answer (and write
+    hello.txt with tools allowed, in the current directory)."""
     ws = tmp_path / "ws"
     ws.mkdir()
-    result = invoke("--home", tmp_path / "home", "run", "-m", "demo please", "--workspace", ws)
-    assert result.exit_code == 0, result.output
-    # The default script writes hello.txt with the real built-in tools.
-    assert (ws / "hello.txt").read_text().startswith("Hello from Penguin!")
-    assert "[retry] attempt 1" in result.stdout
+    home = tmp_path / "home"
+    result = invoke("--home", home, "--init", "run", "-m", "demo please", "--workspace", ws)
+    assert result.exit_code == 2
+    assert "penguin config set model" in result.stderr and "--llm" in result.stderr
+    assert not (ws / "hello.txt").exists()
+    assert session_ids(home) == []
 
 
 def test_run_deny_all_records_denials(tmp_path: Path) -> None:
@@ -294,6 +302,7 @@ def test_run_approve_ask_reads_the_answer_from_stdin(
     result = invoke(
         "--home",
         home,
+        "--init",
         "run",
         "-m",
         "go",
@@ -347,7 +356,9 @@ def test_run_options_reach_the_session(tmp_path: Path) -> None:
     """--max-turns, --system-prompt and the compaction options shape the run."""
     home = tmp_path / "home"
     result = run_session(tmp_path, home, FAST, "--max-turns", "1", "--system-prompt", "Be terse.")
-    assert result.exit_code == 0, result.output
+    # Issue 15 item 9: reaching --max-turns means the task did not finish: exit 1.
+    assert result.exit_code == 1, result.output
+    assert "reached --max-turns" in result.stdout
     assert "[reached max turns (1); stopping]" in result.stdout
     records = read_trace(DataRoot(home).trace_files(session_ids(home)[0])).records
     assert records[0].payload.system_prompt == "Be terse."  # type: ignore[union-attr]
@@ -362,17 +373,27 @@ def test_run_options_reach_the_session(tmp_path: Path) -> None:
 
 def test_run_input_errors_exit_2(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    assert invoke("--home", home, "run", "-m", "x", "--workspace", tmp_path / "nope").exit_code == 2
+    assert (
+        invoke(
+            "--home", home, "--init", "run", "-m", "x", "--workspace", tmp_path / "nope"
+        ).exit_code
+        == 2
+    )
     bad = tmp_path / "bad.json"
     bad.write_text('{"responses": [[{"nonsense": 1}]]}')
-    result = invoke("--home", home, "run", "-m", "x", "--script", bad, "--workspace", tmp_path)
+    result = invoke(
+        "--home", home, "--init", "run", "-m", "x", "--script", bad, "--workspace", tmp_path
+    )
     assert result.exit_code == 2 and "invalid script" in result.stderr
-    result = invoke("--home", home, "run", "-m", "x", "--model", "m", "--workspace", tmp_path)
+    result = invoke(
+        "--home", home, "--init", "run", "-m", "x", "--model", "m", "--workspace", tmp_path
+    )
     assert result.exit_code == 2 and "--llm" in result.stderr
     # A provider without its key: exit 2 with the variable to set, before anything is written.
     result = invoke(
         "--home",
         home,
+        "--init",
         "run",
         "-m",
         "x",
@@ -387,7 +408,7 @@ def test_run_input_errors_exit_2(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2 and "PENGUIN_TEST_NO_SUCH_KEY" in result.stderr
     assert not home.exists()
-    assert invoke("--home", home, "run").exit_code == 2  # -m is required
+    assert invoke("--home", home, "--init", "run").exit_code == 2  # -m is required
 
 
 def test_home_option_overrides_penguin_home(tmp_path: Path) -> None:
@@ -397,6 +418,7 @@ def test_home_option_overrides_penguin_home(tmp_path: Path) -> None:
     result = invoke(
         "--home",
         opt_home,
+        "--init",
         "run",
         "-m",
         "x",
@@ -425,6 +447,7 @@ def test_project_and_agent_place_and_narrow_sessions(tmp_path: Path) -> None:
             "proj",
             "--agent",
             agent,
+            "--init",
             "run",
             "-m",
             "x",
@@ -453,31 +476,28 @@ def test_sessions_lists_newest_first_with_the_spec_columns_r_cli_3(tmp_path: Pat
     rows = json.loads(invoke("--home", home, "sessions", "--json").stdout)
     assert [r["session_id"] for r in rows] == [newer, older]
     first = rows[0]
-    assert first == {
+    # The R-CLI-3 columns stay in the JSON rows; the text listing is the readable one (item 15).
+    assert {k: first[k] for k in first if k not in ("active", "children", "parent")} == {
         "session_id": newer,
+        "short_id": "00000002",
         "project": "default_project",
         "agent": "default_agent",
         "created": "2026-02-01T00:00:00",
         "files": 1,
         "records": 11,
         "turns": 2,
+        "status": "completed",
         "last_status": "completed",
         "task_running": False,
+        "title": "b",
+        "workspace": "/home/u/project",
+        "error": None,
         "latest_trace": str(trace_file(home, sid=newer)),
     }
     text = invoke("--home", home, "sessions").stdout
-    for column in (
-        "id",
-        "project/agent",
-        "created",
-        "files",
-        "records",
-        "turns",
-        "last status",
-        "latest trace",
-    ):
+    for column in ("id", "active", "turns", "status", "title", "00000002", "completed"):
         assert column in text
-    assert text.index(newer) < text.index(older)
+    assert text.index(newer[-8:]) < text.index(older[-8:])
 
 
 def test_sessions_on_an_empty_root(tmp_path: Path) -> None:
@@ -769,8 +789,10 @@ def test_resume_with_the_same_script_keeps_call_ids_unique(tmp_path: Path) -> No
     home = tmp_path / "home"
     ws = tmp_path / "ws"
     ws.mkdir()
-    assert invoke("--home", home, "run", "-m", "first", "--workspace", ws).exit_code == 0
-    result = invoke("--home", home, "resume", "-m", "second")
+    script = ("--script", str(DEFAULT_SCRIPT))
+    first = invoke("--home", home, "--init", "run", "-m", "first", "--workspace", ws, *script)
+    assert first.exit_code == 0, first.output
+    result = invoke("--home", home, "resume", "-m", "second", *script)
     assert result.exit_code == 0, result.output
     files = DataRoot(home).trace_files(session_ids(home)[0])
     assert [f for f in validate_session(files) if f.severity == "error"] == []
@@ -808,8 +830,8 @@ def test_resume_unknown_session_exits_2(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- demo (R-CLI-8)
 
 
-def test_demo_validates_its_trace_r_cli_8() -> None:
-    result = invoke("demo")
+def test_demo_validates_its_trace_r_cli_8(tmp_path: Path) -> None:
+    result = invoke("--home", tmp_path / "home", "--init", "demo")
     assert result.exit_code == 0, result.output
     assert "[compaction completed]" in result.stdout and "trace: valid" in result.stdout
 

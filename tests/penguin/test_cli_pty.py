@@ -145,6 +145,7 @@ def terminals(tmp_path: Path) -> Any:
                 str(PENGUIN),
                 "--home",
                 str(home),
+                "--init",
                 "run",
                 "-m",
                 "go",

@@ -314,7 +314,18 @@ def run_cli(
     path = tmp_path / "script.json"
     path.write_text(json.dumps(script))
     result = invoke(
-        "--home", home, "run", "-m", "go", "--script", path, "--workspace", ws, *extra, input=input
+        "--home",
+        home,
+        "--init",
+        "run",
+        "-m",
+        "go",
+        "--script",
+        path,
+        "--workspace",
+        ws,
+        *extra,
+        input=input,
     )
     return home, result
 

@@ -113,6 +113,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     proc = penguin(
         "--home",
         base / "home",
+        "--init",
         "run",
         "-m",
         "What is here?",
@@ -135,6 +136,7 @@ def test_run_json_lines_r_cli_1(tmp_path: Path) -> None:
     proc = penguin(
         "--home",
         tmp_path / "home",
+        "--init",
         "run",
         "-m",
         "go",
@@ -145,7 +147,9 @@ def test_run_json_lines_r_cli_1(tmp_path: Path) -> None:
         "--json",
     )
     assert proc.returncode == 0
-    messages = [decode(line) for line in proc.stdout.splitlines()]
+    head, *lines = proc.stdout.splitlines()
+    assert set(json.loads(head)) == {"session_id", "trace"}
+    messages = [decode(line) for line in lines]
     assert any(m.is_partial for m in messages) and not any(
         m.type == "session_meta" for m in messages
     )
@@ -177,8 +181,8 @@ def test_read_commands_happy_paths(recorded: tuple[Path, str]) -> None:
     assert resume.returncode == 0 and json.loads(resume.stdout)["session_id"] == sid
 
 
-def test_demo_r_cli_8() -> None:
-    proc = penguin("demo")
+def test_demo_r_cli_8(tmp_path: Path) -> None:
+    proc = penguin("--home", tmp_path / "home", "--init", "demo")
     assert proc.returncode == 0 and b"trace: valid" in proc.stdout
 
 
