@@ -27,7 +27,13 @@ class _GlobalsAnywhere(TyperGroup):
     """Accepts the global options after the command too: ``penguin run --home DIR …``."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        return super().parse_args(ctx, hoist_globals(args))
+        def own(name: str) -> list[str]:
+            command = self.commands.get(name)
+            if command is None:
+                return []
+            return [opt for p in command.params for opt in getattr(p, "opts", ())]
+
+        return super().parse_args(ctx, hoist_globals(args, own))
 
 
 app = typer.Typer(

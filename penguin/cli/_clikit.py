@@ -11,7 +11,7 @@ from __future__ import annotations
 import codecs
 import os
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -195,10 +195,12 @@ _GLOBAL_VALUES: Final = ("--home", "--project", "--agent")
 _GLOBAL_FLAGS: Final = ("--init",)
 
 
-def hoist_globals(args: list[str]) -> list[str]:
+def hoist_globals(
+    args: list[str], own: Callable[[str], Collection[str]] = lambda _command: ()
+) -> list[str]:
     """``args`` with the global options found after the command moved before it, so that
     ``penguin run --home DIR -m …`` means ``penguin --home DIR run -m …``.  Nothing after
-    ``--`` moves."""
+    ``--`` moves, nor an option the command defines itself (``own(command)``)."""
     i = 0
     while i < len(args) and args[i].startswith("-"):
         if args[i] == "--":
@@ -206,6 +208,9 @@ def hoist_globals(args: list[str]) -> list[str]:
         i += 2 if args[i] in _GLOBAL_VALUES else 1
     if i >= len(args):
         return args
+    mine = own(args[i])
+    values = tuple(o for o in _GLOBAL_VALUES if o not in mine)
+    flags = tuple(o for o in _GLOBAL_FLAGS if o not in mine)
     moved: list[str] = []
     kept: list[str] = []
     j = i + 1
@@ -214,11 +219,11 @@ def hoist_globals(args: list[str]) -> list[str]:
         if arg == "--":
             kept += args[j:]
             break
-        if arg in _GLOBAL_VALUES and j + 1 < len(args):
+        if arg in values and j + 1 < len(args):
             moved += args[j : j + 2]
             j += 2
             continue
-        if arg.split("=", 1)[0] in _GLOBAL_VALUES or arg in _GLOBAL_FLAGS:
+        if arg.split("=", 1)[0] in values or arg in flags:
             moved.append(arg)
         else:
             kept.append(arg)

@@ -312,6 +312,9 @@ def test_global_options_after_the_command(tmp_path: Path) -> None:
 
 def test_no_probing_of_own_provider_classes() -> None:
     """Issue 14 item 1: the CLI imports and types against its own modules."""
-    source = "".join(p.read_text() for p in Path("penguin/cli").glob("*.py"))
-    for probe in ("inspect.signature", "getattr(llm_module", "except ImportError"):
-        assert probe not in source
+    cli = Path(__file__).parents[2] / "penguin" / "cli"
+    everything = "".join(p.read_text() for p in cli.glob("*.py"))
+    assert "inspect.signature" not in everything and "getattr(llm_module" not in everything
+    # Optional extras (server, duckdb) may be missing; the package's own modules may not.
+    for name in ("_model.py", "_live.py", "_replay_cmd.py", "_run.py", "_resume.py"):
+        assert "except ImportError" not in (cli / name).read_text()
