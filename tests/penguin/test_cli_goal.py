@@ -38,7 +38,7 @@ def run_goal(tmp_path: Path, script: Path, *extra: str) -> tuple[Result, Path]:
     home, ws = tmp_path / "home", tmp_path / "ws"
     ws.mkdir(exist_ok=True)
     result = invoke(
-        "--home", home, "run", "--goal", "-m", "make all tests pass", "--script", script,
+        "--home", home, "--init", "run", "--goal", "-m", "make all tests pass", "--script", script,
         "--workspace", ws, *extra,
     )  # fmt: skip
     return result, home
@@ -110,7 +110,8 @@ def test_any_other_outcome_exits_1(
 def test_json_mode_keeps_stdout_json(tmp_path: Path) -> None:
     result, _home = run_goal(tmp_path, SHIPPED, "--json")
     assert result.exit_code == 0, result.output
-    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    head, *rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert set(head) == {"session_id", "trace"}  # the run's head line (issue 15 item 17)
     assert rows[-1]["payload"]["type"] == "goal_finished"
     # The round inputs are on the stream (and in the trace) for hosts to see.
     rounds = [r for r in rows if r["payload"].get("text", "").startswith("[goal]\nround: ")]
