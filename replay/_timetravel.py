@@ -179,7 +179,9 @@ def trace_point(
     index, ordinal = _checked(position)
     path = _file_for(files, index)
     ctx = ModelContext()
-    recorded: set[int] = set()
+    # Identity tells a record from a message the fold made; every record is kept alive so
+    # that no synthesized message can reuse a freed record's id.
+    kept: list[OmniMessage] = []
     meta: SessionMetaPayload | None = None
     tools: list[ToolDefinition] | None = None
     n = -1
@@ -195,7 +197,7 @@ def trace_point(
             meta = p
         elif isinstance(p, ToolListReadyPayload):
             tools = list(p.tools)
-        recorded.add(id(record))
+        kept.append(record)
         ctx.apply(record)
         if n == ordinal:
             break
@@ -218,6 +220,7 @@ def trace_point(
         shown = request.messages
     else:
         shown = [*ctx.history, *ctx.pending]
+    recorded = {id(r) for r in kept}
     synthesized = frozenset(i for i, m in enumerate(shown) if id(m) not in recorded)
     return TracePoint(path, (index, ordinal), line, record, ctx, request, synthesized)
 

@@ -189,8 +189,16 @@ def test_request_at_on_random_sessions(plan: Any) -> None:
                 files = []  # the very first write failed: nothing was sent either
             positions = begins(files)
             assert len(positions) == len(live.requests)
+            recorded = {encode(r) for r in read_trace(files).records} if files else set()
             for position, request in zip(positions, live.requests, strict=True):
-                same(request_at(files, position), request, f"at {position}")
+                point = trace_point(files, position)
+                assert point.request is not None
+                same(point.request, request, f"at {position}")
+                # what is not marked synthesized is a record of the trace
+                unmarked = [
+                    m for i, m in enumerate(point.request.messages) if i not in point.synthesized
+                ]
+                assert all(encode(m) in recorded for m in unmarked)
 
     anyio.run(run)
 
