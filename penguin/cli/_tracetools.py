@@ -103,7 +103,11 @@ def repair(
     the source needed no repair.
     """
     with errors_to_exit_codes():
-        files = resolve_target(source, _globals(ctx)).files
+        path = Path(source)
+        if path.is_file():  # damage may make a file look like no trace at all: repair it anyway
+            files = [path]
+        else:
+            files = resolve_target(source, _globals(ctx)).files
         result = repair_trace(files, into)
         findings = validate_session(result.files) if result.files else []
         errors = [f for f in findings if f.severity == "error"]

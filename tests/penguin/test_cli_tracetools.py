@@ -180,3 +180,11 @@ def test_inspect_at_escapes_hostile_content() -> None:
         assert result.exit_code == 0, result.output
         assert "\x1b" not in result.output and "\x07" not in result.output
         assert "\x9b" not in result.output and "\u202e" not in result.output
+
+
+def test_repair_takes_a_file_too_damaged_to_look_like_a_trace(tmp_path: Path) -> None:
+    src = TRACES / "hostile" / "invalid_utf8_001.jsonl"
+    assert invoke("inspect", str(src)).exit_code == 2  # not UTF-8: not a trace to the reader
+    result = invoke("repair", str(src), "--into", str(tmp_path / "copy"))
+    assert result.exit_code == 0, result.output
+    assert "dropped malformed line" in result.output and "the copy is valid" in result.output
