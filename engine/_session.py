@@ -70,6 +70,7 @@ from ._goal import GoalOptions, GoalRun
 from ._images import fold_images
 from ._protocols import LLM, Approval, ApproveFn, Environment, LLMOutcome, LLMRequest
 from ._signal import AbortSignal, make_waker
+from ._summaries import store_file_summary
 
 __all__ = ["Compactability", "RecordListener", "Session"]
 
@@ -400,7 +401,9 @@ class Session:
 
     def _rotate(self, writer: TraceWriter) -> None:
         """R-TRACE-8/9: the next file starts with the session's own head records."""
+        closed = writer.path
         self._trace_path = writer.rotate()
+        store_file_summary(closed)  # R-TRACE-19
         self._head_only = True
         writer.append(self._meta)
         self._fold(self._meta)

@@ -60,6 +60,7 @@ from ._schema import (
     ToolListReadyPayload,
     UnknownPayload,
 )
+from ._summaries import SummaryCache, sidecar_path
 from ._writer import FsyncPolicy, TraceWriter
 
 __all__ = [
@@ -105,6 +106,7 @@ __all__ = [
     "SessionMetaPayload",
     "StopReason",
     "SubagentPayload",
+    "SummaryCache",
     "TextPayload",
     "ThinkingPayload",
     "TokenCounts",
@@ -129,5 +131,6 @@ __all__ = [
     "read_trace",
     "scan_trace",
     "trace_file_name",
+    "sidecar_path",
     "validate_id",
 ]

@@ -336,11 +336,20 @@ class DataRoot:
             for ag in agents:
                 traces = agents_dir / ag / "traces"
                 for date in self._dirs(traces):
-                    for name, path in self._files(traces / date):
+                    directory = traces / date
+                    checked = False
+                    for name, path, link in self._files(directory):
                         parsed = parse_trace_name(name)
                         if parsed is None or session_id not in (None, parsed[0]):
                             continue
-                        self._inside(path)
+                        # The directory resolves under the root once; a file in it that is not
+                        # a symlink is then under the root too (resolving every file of a
+                        # long session dominated finding it).
+                        if not checked:
+                            self._inside(directory)
+                            checked = True
+                        if link:
+                            self._inside(path)
                         yield proj, ag, date, parsed[0], parsed[1], path
 
     def _dirs(self, parent: Path) -> list[str]:
@@ -362,12 +371,13 @@ class DataRoot:
                 names.append(entry.name)
         return sorted(names)
 
-    def _files(self, parent: Path) -> list[tuple[str, Path]]:
+    def _files(self, parent: Path) -> list[tuple[str, Path, bool]]:
+        """``(name, path, is_symlink)`` of the regular files (or links to them) in ``parent``."""
         try:
             entries = list(os.scandir(parent))
         except (FileNotFoundError, NotADirectoryError):
             return []
-        return sorted((e.name, Path(e.path)) for e in entries if e.is_file())
+        return sorted((e.name, Path(e.path), e.is_symlink()) for e in entries if e.is_file())
 
 
 # --------------------------------------------------------------------------- file peeks

@@ -5,6 +5,8 @@
 rows).  Each has ``apply(record)`` and
 ``from_records(records)``; ``project(records)`` folds all three in one pass (R-PROJ-1a).  The
 engine keeps its live state only through these, so live state and rebuilt state are one path.
+``FileSummary`` is the fold of one closed file that resume merges instead of re-reading it
+(R-TRACE-19).
 """
 
 from __future__ import annotations
@@ -15,7 +17,16 @@ from eventstore import OmniMessage
 
 from ._context import CarryOver, ModelContext
 from ._goal import GoalOutcome, GoalState
-from ._state import SessionState
+from ._state import SessionState, StateSummary
+from ._summary import (
+    FileFold,
+    FileSummary,
+    GoalEffect,
+    GoalSummary,
+    UsageSummary,
+    summarize_file,
+    usage_summary,
+)
 from ._usage import ErrorRow, Usage, UsageRow
 from .markers import DEFAULT_COMPACTION_PROMPT
 
@@ -25,11 +36,19 @@ __all__ = [
     "ErrorRow",
     "GoalOutcome",
     "GoalState",
+    "GoalSummary",
+    "FileFold",
+    "FileSummary",
+    "GoalEffect",
     "ModelContext",
     "SessionState",
+    "StateSummary",
     "Usage",
     "UsageRow",
+    "UsageSummary",
     "project",
+    "summarize_file",
+    "usage_summary",
 ]
 
 

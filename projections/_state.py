@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from eventstore import (
     PARTIAL_PAYLOAD_TYPES,
     AbortPayload,
@@ -54,7 +56,40 @@ from eventstore import (
 from ._goal import GoalState
 from .markers import extract_summary
 
-__all__ = ["SessionState"]
+__all__ = ["SessionState", "StateSummary"]
+
+
+class StateSummary(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What ``SessionState`` needs from one closed file (R-TRACE-19): the state its records
+    fold to from a fresh state, plus which carried values the file set.
+
+    ``mergeable`` is false for a file that does not start with its ``session_meta`` followed by
+    a record other than its rotation head (a fragment, crash residue): its fold depends on the
+    files before it, and ``FileSummary.merge_into`` refuses it (the caller folds its records instead).
+    ``None`` in ``session_tokens``, ``span_in_compaction``, ``awaiting_tools`` means "not set by
+    this file"; ``status_set`` says the same of ``last_request_status``.
+    """
+
+    mergeable: bool
+    records: int
+    files: int
+    turns_total: int
+    turns_in_context: int
+    last_request_total: int
+    session_tokens: TokenCounts | None = None
+    last_request_status: StopReason | None = None
+    status_set: bool = False
+    open_request: bool = False
+    open_compaction: tuple[CompactionReason, CompactionMode] | None = None
+    span_in_compaction: bool | None = None
+    span_usage: bool = False
+    span_counted: bool = False
+    span_calls: bool = False
+    span_texts: list[str] = msgspec.field(default_factory=list)
+    compaction_texts: list[str] = msgspec.field(default_factory=list)
+    awaiting_tools: bool | None = None
+    head: bool = False
+    closed: bool = False
 
 
 @dataclass(slots=True)
@@ -84,7 +119,9 @@ class SessionState:
     # --- fold scratch (not part of equality) ---------------------------------------------
     # The open request span: began inside a compaction span, recorded a token_usage, has been
     # counted as a turn provisionally, produced a completed tool_call.
-    _span_in_compaction: bool = field(default=False, init=False, repr=False, compare=False)
+    # ``None`` (here and in ``_awaiting_tools``) only in a file summary's fold (``FileFold``):
+    # "not set by this file", so that the merge keeps the value of the files before it.
+    _span_in_compaction: bool | None = field(default=False, init=False, repr=False, compare=False)
     _span_usage: bool = field(default=False, init=False, repr=False, compare=False)
     _span_counted: bool = field(default=False, init=False, repr=False, compare=False)
     _span_calls: bool = field(default=False, init=False, repr=False, compare=False)
@@ -95,7 +132,7 @@ class SessionState:
         default_factory=list, init=False, repr=False, compare=False
     )
     # The last committed turn had tool calls and no abort / max-turns notice came after it.
-    _awaiting_tools: bool = field(default=False, init=False, repr=False, compare=False)
+    _awaiting_tools: bool | None = field(default=False, init=False, repr=False, compare=False)
     # A session_meta after the first, followed by nothing but tool_list_ready so far.
     _head: bool = field(default=False, init=False, repr=False, compare=False)
     # The last record is a completed compaction_end whose closure is not void.
@@ -259,6 +296,80 @@ class SessionState:
         self.turns_in_context = 0
         self.last_request_total = 0
 
+    # ------------------------------------------------------------------------- file summaries
+
+    @classmethod
+    def _for_file_summary(cls) -> SessionState:
+        """A fresh state whose carried values read "not set by this file" (``FileFold``)."""
+        state = cls()
+        state._span_in_compaction = None
+        state._awaiting_tools = None
+        return state
+
+    def _summary(self, *, mergeable: bool, tokens_set: bool, status_set: bool) -> StateSummary:
+        return StateSummary(
+            mergeable=mergeable,
+            records=self.records,
+            files=self.files,
+            turns_total=self.turns_total,
+            turns_in_context=self.turns_in_context,
+            last_request_total=self.last_request_total,
+            session_tokens=self.session_tokens if tokens_set else None,
+            last_request_status=self.last_request_status,
+            status_set=status_set,
+            open_request=self.open_request,
+            open_compaction=self.open_compaction,
+            span_in_compaction=self._span_in_compaction,
+            span_usage=self._span_usage,
+            span_counted=self._span_counted,
+            span_calls=self._span_calls,
+            span_texts=list(self._span_texts),
+            compaction_texts=list(self._compaction_texts),
+            awaiting_tools=self._awaiting_tools,
+            head=self._head,
+            closed=self._closed,
+        )
+
+    def _merge_file(self, summary: StateSummary) -> bool:
+        """Fold one closed file through its summary (R-TRACE-19): the same state as folding
+        its records, fold scratch included, except ``goal``, which ``FileSummary.merge_into``
+        merges.  ``False`` (and nothing changed) when the summary
+        is not mergeable here; the caller then folds the file's records.
+
+        Why it is exact: the file's ``session_meta`` and first other record start a new context
+        (``_start_new_context``, on this state), after which the fold of the file depends on
+        the files before it only through the carried values, which the summary says it set or
+        not, and the additive counters.
+        """
+        if not summary.mergeable or (self.files == 0 and self.records > 0):
+            return False
+        if self.files > 0:
+            self._start_new_context()
+        self.records += summary.records
+        self.files += summary.files
+        self.turns_total += summary.turns_total
+        self.turns_in_context = summary.turns_in_context
+        self.last_request_total = summary.last_request_total
+        if summary.session_tokens is not None:
+            self.session_tokens = summary.session_tokens
+        if summary.status_set:
+            self.last_request_status = summary.last_request_status
+        self.open_request = summary.open_request
+        self.open_compaction = summary.open_compaction
+        if summary.span_in_compaction is not None:
+            self._span_in_compaction = summary.span_in_compaction
+        self._span_usage = summary.span_usage
+        self._span_counted = summary.span_counted
+        self._span_calls = summary.span_calls
+        self._span_texts = list(summary.span_texts)
+        self._compaction_texts = list(summary.compaction_texts)
+        if summary.awaiting_tools is not None:
+            self._awaiting_tools = summary.awaiting_tools
+        self._head = summary.head
+        self._closed = summary.closed
+        self._derive()
+        return True
+
     def _count_turn(self, delta: int) -> None:
         self.turns_total += delta
         self.turns_in_context += delta
@@ -267,7 +378,7 @@ class SessionState:
         # R-COMPACT-25 / R-PROJ-2: "file index > 1" is "a session_meta after the first".
         self.from_compaction = self._closed or self.files > 1
         self.rotation_pending = self._closed or self._head
-        self.task_running = self.open_request or self._awaiting_tools
+        self.task_running = self.open_request or self._awaiting_tools is True
 
 
 _PARTIALS: frozenset[type[Any]] = frozenset(PARTIAL_PAYLOAD_TYPES)

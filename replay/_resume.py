@@ -1,7 +1,8 @@
 """Resume: a Session continued from its trace (SPEC §13).
 
 Owns: locating the session, taking its lock before reading, the fold of its files (earlier
-files streamed for the session-wide counters, the latest file for the context), the closure of
+files through their summaries in the sidecar, R-TRACE-19, built and stored when missing; the
+latest file record by record, for the context and the counters), the closure of
 a dangling request or compaction (R-RESUME-14a, R-RESUME-14), and handing an ordinary
 ``Session`` that appends to the same file.  Does not: rebuild the context itself — the
 projections do, exactly as they do for the live session (R-RESUME-18).
@@ -23,11 +24,12 @@ from eventstore import (
     DataRoot,
     OmniMessage,
     SessionMetaPayload,
+    SummaryCache,
     TraceWriter,
     UnknownPayload,
     iter_trace,
 )
-from projections import ModelContext, SessionState
+from projections import FileSummary, ModelContext, SessionState, summarize_file
 
 __all__ = ["load_session", "resume_session"]
 
@@ -77,12 +79,20 @@ def _gc_paused() -> Iterator[None]:
 
 
 def load_session(
-    root: DataRoot, session_id: str, *, project: str | None = None, agent: str | None = None
+    root: DataRoot,
+    session_id: str,
+    *,
+    project: str | None = None,
+    agent: str | None = None,
+    store_summaries: bool = False,
 ) -> tuple[list[Path], Path, ModelContext, SessionState, OmniMessage]:
     """Fold a session's files without taking its lock (read-only inspection and resume).
 
     Returns ``(files, latest, context, state, session_meta)``.  The context folds the latest
-    file only; the state folds every file up to it (R-PROJ-1, R-RESUME-11).
+    file only; the state folds every file up to it (R-PROJ-1, R-RESUME-11), the earlier ones
+    through their summaries (R-TRACE-19: a missing or stale one is built from its file, and
+    with ``store_summaries`` stored, best effort, in the sidecar — ``resume_session`` does,
+    under the session's lock; read-only inspection changes no file).
     """
     files = root.trace_files(session_id, project=project, agent=agent)
     latest = root.latest_trace(session_id, project=project, agent=agent)
@@ -92,9 +102,7 @@ def load_session(
     meta: OmniMessage | None = None
     apply_ctx, apply_state = ctx.apply, state.apply
     with _gc_paused():
-        for path in used[:-1]:
-            for record in iter_trace(path):
-                apply_state(record)
+        _fold_earlier(state, used[:-1], sidecar=latest, store=store_summaries)
         records = iter_trace(latest)
         for record in records:
             meta = _meta_of(record)
@@ -109,6 +117,28 @@ def load_session(
     if meta is None:
         raise ValueError(f"{latest}: no session_meta record; the trace cannot be resumed")
     return used, latest, ctx, state, meta
+
+
+def _fold_earlier(state: SessionState, paths: list[Path], *, sidecar: Path, store: bool) -> None:
+    """Fold the closed files before the latest one into ``state`` (R-TRACE-19)."""
+    if not paths:
+        return
+    cache = SummaryCache.beside(sidecar, FileSummary)
+    for path in paths:
+        summary = cache.get(path)
+        if summary is None:
+            # Fingerprinted before the read: a file that changes while it is read gets an
+            # entry that no longer matches it, never a wrong one.
+            fingerprint = cache.fingerprint(path)
+            summary = summarize_file(iter_trace(path))
+            if fingerprint is not None:
+                cache.put(path, summary, fingerprint=fingerprint)
+        if not summary.merge_into(state):
+            # A fragment or crash residue: its fold depends on the files before it.
+            for record in iter_trace(path, report=False):
+                state.apply(record)
+    if store:
+        cache.save()
 
 
 async def resume_session(
@@ -141,7 +171,11 @@ async def resume_session(
     writer = TraceWriter(latest, fsync=fsync, session_id=session_id)
     try:
         files, latest_now, ctx, state, meta = load_session(
-            data_root, session_id, project=location.project, agent=location.agent
+            data_root,
+            session_id,
+            project=location.project,
+            agent=location.agent,
+            store_summaries=True,
         )
         if latest_now != latest:
             raise RuntimeError(f"{latest}: the session's latest file changed while resuming")
