@@ -5,12 +5,14 @@ decisions (SPEC §4.5, R-ROOT-10, R-TRACE-17) made in SQL: blank lines skipped, 
 dropped, the last non-blank line ``torn_tail`` when it has no newline or does not decode, any
 other bad line ``malformed``, lines over the size limit malformed, crash-residue latest files
 ignored with an ``empty_file`` diagnostic -- and parsing each record with DuckDB's JSON reader
-against an explicit schema (``_ENVELOPE``, ``_PAYLOAD``).  Does not: fold records into requests,
-tool calls or usage (``_views``).
+(``from_json``) against an explicit schema (``_RECORD``), keeping only the typed columns the
+views need (``_views.RECORD_COLUMNS``).  Does not: fold records into requests, tool calls or
+usage (``_views``).
 
 Lines DuckDB's parser might judge differently from ``msgspec`` (``NaN``, numbers out of range,
-deep nesting, ``origin``, anything not a plain envelope) are few; they are fetched and decided
-by ``_verdict.line_verdict`` -- the reader's own decoder -- and written back in one statement.
+deep nesting, ``origin``, envelope keys not in the canonical order) are few; they are fetched
+and decided by ``_verdict.line_verdict`` -- the reader's own decoder -- and written back in one
+statement.  Known difference: of duplicate keys DuckDB reads the first, ``msgspec`` the last.
 """
 
 from __future__ import annotations
@@ -134,7 +136,11 @@ def load(
         [c or [None] for c in columns],
     )
     con.execute("DELETE FROM _files WHERE path IS NULL")
+    # One chunk of files at a time: its bytes, lines and line texts live only while the chunk
+    # is classified; ``_cls`` keeps the typed columns.
     con.execute("CREATE OR REPLACE TEMP TABLE _blobs (fid INTEGER, content BLOB)")
+    classify = _narrow(_classified(max_line_bytes))
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _cls AS {classify}")
     paths = [f.path for f in ordered]
     for start in range(0, len(paths), _CHUNK):
         con.execute(
@@ -142,48 +148,45 @@ def load(
             "JOIN _files f ON f.path = b.filename",
             [paths[start : start + _CHUNK]],
         )
-    _split_lines(con)
+        con.execute(f"INSERT INTO _cls {classify}")
+        con.execute("DELETE FROM _blobs")
     con.execute("DROP TABLE _blobs")
-    _classify(con, max_line_bytes)
     _decide_the_rest(con)
     _records_and_diagnostics(con)
 
 
-def _split_lines(con: duckdb.DuckDBPyConnection) -> None:
-    """``_lines``: one row per physical line; ``line`` is NULL when it is not UTF-8.  A file
-    that is not UTF-8 as a whole is split on its bytes (through hex, byte-aligned)."""
-    con.execute(
-        """
-        CREATE OR REPLACE TEMP TABLE _lines AS
-        WITH txt AS (
-            SELECT fid, try(decode(content)) AS text, content FROM _blobs
-        ), good AS (
-            SELECT fid, string_split(
-                CASE WHEN starts_with(text, chr(65279)) THEN text[2:] ELSE text END, chr(10)
-            ) AS parts
-            FROM txt WHERE text IS NOT NULL
-        ), bad AS (
-            SELECT fid, string_split(regexp_replace(
-                CASE WHEN starts_with(hex(content), 'EFBBBF') THEN hex(content)[7:]
-                     ELSE hex(content) END, '(..)', '<\\1>', 'g'), '<0A>') AS parts
-            FROM txt WHERE text IS NULL
-        ), good_lines AS (
-            SELECT fid, generate_subscripts(parts, 1) AS line_no, unnest(parts) AS line,
-                   len(parts) AS n_parts
-            FROM good
-        ), bad_lines AS (
-            SELECT fid, generate_subscripts(parts, 1) AS line_no, unnest(parts) AS piece,
-                   len(parts) AS n_parts
-            FROM bad
-        )
+# ``lines``: one row per physical line of the files in ``_blobs``; ``line`` is NULL when it is
+# not UTF-8.  A file that is not UTF-8 as a whole is split on its bytes (through hex,
+# byte-aligned), so that only its bad lines are bad.
+_LINES: Final = """
+    txt AS (
+        SELECT fid, try(decode(content)) AS text, content FROM _blobs
+    ), good AS (
+        SELECT fid, string_split(
+            CASE WHEN starts_with(text, chr(65279)) THEN text[2:] ELSE text END, chr(10)
+        ) AS parts
+        FROM txt WHERE text IS NOT NULL
+    ), bad AS (
+        SELECT fid, string_split(regexp_replace(
+            CASE WHEN starts_with(hex(content), 'EFBBBF') THEN hex(content)[7:]
+                 ELSE hex(content) END, '(..)', '<\\1>', 'g'), '<0A>') AS parts
+        FROM txt WHERE text IS NULL
+    ), good_lines AS (
+        SELECT fid, generate_subscripts(parts, 1) AS line_no, unnest(parts) AS line,
+               len(parts) AS n_parts
+        FROM good
+    ), bad_lines AS (
+        SELECT fid, generate_subscripts(parts, 1) AS line_no, unnest(parts) AS piece,
+               len(parts) AS n_parts
+        FROM bad
+    ), lines AS (
         SELECT fid, line_no, line, strlen(line) AS nbytes, n_parts FROM good_lines
         UNION ALL
         SELECT fid, line_no,
                try(decode(unhex(replace(replace(piece, '<', ''), '>', '')))) AS line,
                length(piece) // 4 AS nbytes, n_parts
         FROM bad_lines
-        """
-    )
+    )"""
 
 
 def _narrow(source: str) -> str:
@@ -207,16 +210,16 @@ def _narrow(source: str) -> str:
     """
 
 
-def _classify(con: duckdb.DuckDBPyConnection, max_line_bytes: int) -> None:
-    """``_cls``: the non-blank lines, each with its verdict -- ``+`` a record, ``-why`` a bad
+def _classified(max_line_bytes: int) -> str:
+    """The source of ``_cls``: the non-blank lines, each with its verdict -- ``+`` a record, ``-why`` a bad
     line, NULL not decided yet (``_decide_the_rest``) -- and a record's typed columns.  The
     SQL decides the lines our writer (and the reference's) writes: envelope keys in canonical
     order, no ``origin``, nothing ``msgspec`` could judge otherwise."""
     limit = int(max_line_bytes)
-    source = f"""(
-        WITH nb AS (
+    return f"""(
+        WITH {_LINES}, nb AS (
             SELECT fid, line_no, line, nbytes, line_no = n_parts AS unterminated
-            FROM _lines
+            FROM lines
             WHERE line IS NULL OR starts_with(line, '{{') OR trim(line, {_WS}) <> ''
         ), fast AS (
             SELECT *,
@@ -240,7 +243,6 @@ def _classify(con: duckdb.DuckDBPyConnection, max_line_bytes: int) -> None:
             CASE WHEN canonical AND rec.origin IS NULL THEN rec END AS rec
         FROM parsed
     )"""
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _cls AS {_narrow(source)}")
 
 
 def _decide_the_rest(con: duckdb.DuckDBPyConnection) -> None:
@@ -325,5 +327,4 @@ def _records_and_diagnostics(con: duckdb.DuckDBPyConnection) -> None:
         FROM _residue r JOIN _files f ON f.fid = r.fid
         """
     )
-    con.execute("DROP TABLE _lines")
     con.execute("DROP TABLE _cls")

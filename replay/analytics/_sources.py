@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from eventstore import parse_trace_name, validate_id
+
 from ._exceptions import AnalyticsError
 
 __all__ = ["TraceFile", "files_from_glob", "files_from_root"]
 
-_ID: Final = re.compile(r"^[A-Za-z0-9_-]{1,128}\Z")
-_TRACE_NAME: Final = re.compile(r"^(.+)_(\d{3,})\.jsonl\Z")
 _LAYOUT: Final = re.compile(
     r"(?:^|/)(?P<project>[^/]+)/agents/(?P<agent>[^/]+)/traces/(?P<date>[^/]+)/[^/]+\Z"
 )
@@ -43,8 +43,8 @@ class TraceFile:
 
 
 def _describe(path: Path) -> TraceFile:
-    m = _TRACE_NAME.match(path.name)
-    sid, index = (m.group(1), int(m.group(2))) if m else (path.name.removesuffix(".jsonl"), 0)
+    parsed = parse_trace_name(path)
+    sid, index = parsed if parsed is not None else (path.name.removesuffix(".jsonl"), 0)
     lay = _LAYOUT.search(path.as_posix())
     return TraceFile(
         path=str(path),
@@ -68,7 +68,7 @@ def files_from_root(home: str | os.PathLike[str]) -> list[TraceFile]:
             traces = agents / agent / "traces"
             for date in _dirs(traces, real_root):
                 for entry in _scandir(traces / date):
-                    if not _TRACE_NAME.match(entry.name) or not entry.is_file():
+                    if parse_trace_name(entry.name) is None or not entry.is_file():
                         continue
                     if entry.is_symlink():
                         _inside(Path(entry.path), real_root)
@@ -92,12 +92,21 @@ def _scandir(parent: Path) -> list[os.DirEntry[str]]:
 def _dirs(parent: Path, real_root: Path) -> list[str]:
     names = []
     for entry in _scandir(parent):
-        if not _ID.match(entry.name) or not entry.is_dir():
+        if not _is_id(entry.name) or not entry.is_dir():
             continue
         if entry.is_symlink():
             _inside(Path(entry.path), real_root)
         names.append(entry.name)
     return sorted(names)
+
+
+def _is_id(name: str) -> bool:
+    """R-ROOT-6: only names that may be ids are project, agent and date directories."""
+    try:
+        validate_id(name)
+    except ValueError:
+        return False
+    return True
 
 
 def _inside(path: Path, real_root: Path) -> None:

@@ -1,5 +1,6 @@
 """The public views over ``_records``: ``sessions``, ``records``, ``requests``, ``tool_calls``,
-``usage``, ``diagnostics``.
+``usage``, ``diagnostics``; and the per-record SQL ``_load`` applies (``KIND``,
+``RECORD_COLUMNS``).
 
 Owns: the SQL that folds records the way the ``Usage`` projection does (R-USAGE-1..3,
 R-RUN-16, R-PROJ-4), with window functions instead of a Python loop: the file counter, the
@@ -7,9 +8,10 @@ compaction flag, the open request span, and the "``token_usage`` right after a `
 rule.  Does not: read files (``_load``) or name reports (``_reports``).
 
 Which records count is the codec's decision: a known payload whose fields do not fit its schema
-is an unknown payload to the engine, so each kind the fold needs is typed here (``k``); every
+is an unknown payload to the engine, so each kind the fold needs is typed here (``KIND``); every
 other record still advances the fold (it resets "right after a request_end"), and origin-tagged
-or partial records are ignored, as the projection ignores them.
+or partial records are ignored, as the projection ignores them.  ``seq`` orders the records of
+a session (files by index, then lines); it is a position key, not a count.
 """
 
 from __future__ import annotations

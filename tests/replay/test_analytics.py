@@ -319,3 +319,29 @@ def test_symlink_out_of_the_root_is_refused_r_root_9(tmp_path: Path) -> None:
     (home / "p" / "agents" / "a").symlink_to(outside)
     with pytest.raises(AnalyticsError, match="outside the data root"):
         open_fleet(home=home)
+
+
+def test_odd_but_valid_lines_are_records_as_the_reader_reads_them(tmp_path: Path) -> None:
+    """A BOM, CRLF endings, blank lines, other key orders, extra keys, an origin-tagged record:
+    the views keep exactly the records the reader keeps (R-READ-1, R-READ-4, R-MSG-7)."""
+    base = (FIXTURES / "hostile" / "base_001.jsonl").read_bytes().splitlines()
+    lines = [
+        b"\xef\xbb\xbf" + base[0] + b"\r",
+        b"   ",
+        base[1] + b"\r",
+        b'{"payload":{"type":"request_begin"},"type":"event_msg","timestamp":"T1"}',
+        b' \t{"timestamp":"T2","type":"event_msg","payload":{"type":"request_end",'
+        b'"status":"completed","colour":"blue"},"v":2}',
+        b'{"timestamp":"T3","type":"event_msg","payload":{"type":"request_end",'
+        b'"status":"failed"},"origin":["child"]}',
+        b"",
+        *base[2:],
+    ]
+    path = tmp_path / "odd_001.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    read = read_trace([path], report=False)
+    with open_fleet(traces=str(path)) as fleet:
+        rows = fleet.sql("SELECT timestamp, type, has_origin FROM records ORDER BY seq").rows
+        assert rows == [(r.timestamp, r.type, r.origin is not None) for r in read.records]
+        assert fleet.sql("SELECT count(*) FROM diagnostics").rows == [(len(read.diagnostics),)]
+        assert _actual(fleet)["odd"] == _expected([path])
