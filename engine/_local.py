@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 import math
 import os
 import re
 import secrets
-import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -358,8 +358,11 @@ def _describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+_log = logging.getLogger("engine")
+
+
 def _warn(message: str) -> None:
-    print(f"[penguin] {message}", file=sys.stderr)
+    _log.warning("[penguin] %s", message)
 
 
 # --------------------------------------------------------------------------- stepping a tool

@@ -15,8 +15,8 @@ step (R-TRACE-13), so stream order equals trace order.
 from __future__ import annotations
 
 import datetime as _dt
+import logging
 import math
-import sys
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -69,7 +69,7 @@ from ._exceptions import SessionBroken, SessionBusy
 from ._goal import GoalOptions, GoalRun
 from ._images import fold_images
 from ._protocols import LLM, Approval, ApproveFn, Environment, LLMOutcome, LLMRequest
-from ._signal import AbortSignal, make_waker
+from ._signal import AbortSignal
 from ._summaries import store_file_summary
 
 __all__ = ["Compactability", "RecordListener", "Session"]
@@ -123,8 +123,12 @@ class _Attempt:
     retry_in_ms: int | None = None  # the wait stamped on request_end (None: no in-run retry)
 
 
+_log = logging.getLogger("engine")
+
+
 def _warn(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+    """The SPEC's stderr lines (R-APPROVE-3, R-TOOL-6), as warnings of the ``engine`` logger."""
+    _log.warning("%s", text)
 
 
 class Session:
@@ -672,7 +676,7 @@ class Session:
             return True
         wake = anyio.Event()
         self._backoff_wake = wake
-        forget = run.signal.add_callback(make_waker(wake))
+        forget = run.signal.wake_on_abort(wake)
         try:
             with anyio.move_on_after(delay_ms / 1000):
                 await wake.wait()

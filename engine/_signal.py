@@ -71,12 +71,17 @@ class AbortSignal:
         with self._lock:
             self._callbacks.pop(key, None)
 
+    def wake_on_abort(self, event: anyio.Event) -> Callable[[], None]:
+        """Set ``event`` when the signal fires (at once if it has), from whatever thread fires
+        it; returns a callable that forgets the request."""
+        return self.add_callback(make_waker(event))
+
     async def wait(self) -> None:
         """Return once the signal has fired."""
         if self._aborted:
             return
         event = anyio.Event()
-        remove = self.add_callback(make_waker(event))
+        remove = self.wake_on_abort(event)
         try:
             await event.wait()
         finally:

@@ -15,7 +15,7 @@ from ._exceptions import (
 )
 from ._layout import DEFAULT_AGENT, DEFAULT_PROJECT, DataRoot, SessionInfo, validate_id
 from ._names import parse_trace_name, trace_file_name
-from ._reader import TraceRead, file_index, iter_trace, read_trace, scan_trace
+from ._reader import MAX_LINE_BYTES, TraceRead, file_index, iter_trace, read_trace, scan_trace
 from ._schema import (
     EVENT_PAYLOAD_TAGS,
     EVENT_PAYLOAD_TYPES,
@@ -69,6 +69,7 @@ __all__ = [
     "EVENT_PAYLOAD_TAGS",
     "EVENT_PAYLOAD_TYPES",
     "EXTRA_WIRE_NAME",
+    "MAX_LINE_BYTES",
     "MODEL_PAYLOAD_TAGS",
     "PAYLOAD_TAG_OF",
     "MODEL_PAYLOAD_TYPES",

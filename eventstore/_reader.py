@@ -28,8 +28,8 @@ happen only after a line failed to decode.
 
 from __future__ import annotations
 
+import logging
 import os
-import sys
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Final, TypeAlias
@@ -381,14 +381,13 @@ def _unless_residue(batches: Iterator[_Batch], path: Path, index: int) -> Iterat
         yield 0, [], None, [Diagnostic(path, 1, "empty_file", check.detail)]
 
 
+_log = logging.getLogger("eventstore")
+
+
 def _report(path: Path, lines: Sequence[int]) -> None:
     shown = ", ".join(str(n) for n in lines[:_MAX_LINES_SHOWN])
     more = ", …" if len(lines) > _MAX_LINES_SHOWN else ""
-    print(
-        f"[trace] skipped {len(lines)} malformed line(s) [{shown}{more}] in {path}",
-        file=sys.stderr,
-        flush=True,
-    )
+    _log.warning("[trace] skipped %d malformed line(s) [%s%s] in %s", len(lines), shown, more, path)
 
 
 def file_index(path: PathLike) -> int | None:

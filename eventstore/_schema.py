@@ -70,7 +70,6 @@ EventType: TypeAlias = Literal["start", "delta", "stop"]
 Approval: TypeAlias = Literal["allow", "deny", "forbidden"]
 CompactionReason: TypeAlias = Literal["context", "turns", "manual"]
 CompactionMode: TypeAlias = Literal["summarize", "discard"]
-Extra: TypeAlias = "dict[str, Any] | None"
 
 # The wire name of the side field that holds unknown keys.  No writer produces a key by that
 # name; a payload that has one anyway takes the slow path in the codec and keeps it as an extra.

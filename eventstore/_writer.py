@@ -4,7 +4,8 @@ Owns: ``TraceWriter`` — one session's lock (R-TRACE-18), torn-tail repair on o
 single-write appends serialized by one lock (R-TRACE-11/12), fail-stop error handling
 (R-TRACE-15), the fsync policy (R-TRACE-16), the size limit (R-TRACE-17), rotation (R-TRACE-8..10,
 R-ROOT-10) and file/directory permissions (R-ROOT-9).  Does not: decide *when* to rotate or what a
-file's head holds (the engine passes ``head``), read traces for their content (``_reader``), or
+new file's head holds (the engine appends it after ``rotate``), read traces for their content
+(``_reader``), or
 know the data-root layout beyond "``<session_id>_<NNN>.jsonl`` next to ``<session_id>.lock``".
 
 Every syscall that can fail mid-append (``write``, ``fsync``, ``fdatasync``, ``ftruncate``) is
@@ -66,9 +67,8 @@ class TraceWriter:
     ``path`` is the ``<session_id>_<NNN>.jsonl`` file to append to; it and its parent directories
     are created when missing.  ``session_id`` defaults to the file name minus ``_NNN.jsonl`` and
     ``lock_path`` to ``<dir>/<session_id>.lock``.  A file name without the ``_NNN`` index is
-    accepted, but such a writer cannot rotate.  ``head``, when given, returns the records written
-    at the top of every rotated file (the engine's ``session_meta`` and ``tool_list_ready``); it is
-    called with the writer's lock held and must not call the writer.
+    accepted, but such a writer cannot rotate.  ``rotate`` starts the next file empty: the caller
+    appends its head (the engine's ``session_meta`` and ``tool_list_ready``).
 
     ``append`` is synchronous and safe to call from any thread or task.  After a failed write
     whose partial bytes could not be removed, or after any failed fsync, the writer is *poisoned*:
@@ -85,7 +85,6 @@ class TraceWriter:
         max_record_bytes: int = 64 * 2**20,
         lock_path: Path | None = None,
         session_id: str | None = None,
-        head: Callable[[], list[OmniMessage]] | None = None,
     ) -> None:
         if fsync not in _POLICIES:
             raise ValueError(f"unknown fsync policy {fsync!r}; expected one of {sorted(_POLICIES)}")
@@ -107,12 +106,10 @@ class TraceWriter:
         self._sync_always: Final = fsync == "always"
         self._sync_turn: Final = fsync == "turn"
         self._max_record_bytes: Final = max_record_bytes
-        self._head = head
         self._lock = threading.Lock()
         self._path = path
         self._fd = -1
         self._offset = 0
-        self._rotation_pending = False
         self._closed = False
         # The failure that poisoned the writer; appends refuse while it is set.
         self._poison: TraceWriteError | None = None
@@ -164,10 +161,6 @@ class TraceWriter:
         return self._poison is not None
 
     @property
-    def rotation_pending(self) -> bool:
-        return self._rotation_pending
-
-    @property
     def fsync_policy(self) -> FsyncPolicy:
         return self._fsync
 
@@ -196,8 +189,8 @@ class TraceWriter:
             raise RecordTooLarge(size=size, limit=self._max_record_bytes, path=self._path)
         sync = self._sync_always or (self._sync_turn and type(msg.payload) in _TURN_END)
         with self._lock:
-            if self._blocked or self._rotation_pending:
-                self._before_write_locked()
+            if self._blocked:
+                self._raise_blocked()
             # The hot path, inlined: one write, no fstat, the offset tracked by hand.
             fd = self._fd
             start = self._offset
@@ -210,25 +203,6 @@ class TraceWriter:
             self._offset = start + size
             if sync:
                 self._sync_record(fd, start)
-
-    def _before_write_locked(self) -> None:
-        if self._blocked:
-            self._raise_blocked()
-        if self._rotation_pending:
-            self._rotate_locked()
-
-    def _write_locked(self, line: bytes | bytearray, size: int, sync: bool) -> None:
-        fd = self._fd
-        start = self._offset
-        try:
-            written = os.write(fd, line)
-            if written != size:
-                _write_rest(fd, line, written, size)
-        except OSError as exc:
-            self._undo(start, exc, "write failed")
-        self._offset = start + size
-        if sync:
-            self._sync_record(fd, start)
 
     def _sync_record(self, fd: int, start: int) -> None:
         try:
@@ -296,18 +270,8 @@ class TraceWriter:
 
     # ------------------------------------------------------------------ rotation
 
-    def request_rotation(self) -> None:
-        """Rotate right before the next ``append`` (deferred rotation, R-TRACE-8).
-
-        If no record follows, no new file is created.
-        """
-        with self._lock:
-            if self._stem is None:
-                raise ValueError(f"cannot rotate {self._path}: its name has no _NNN index")
-            self._rotation_pending = True
-
     def rotate(self) -> Path:
-        """Switch to the next ``_NNN`` file now, write the ``head`` records, return the new path."""
+        """Switch to the next ``_NNN`` file (R-TRACE-8), empty, and return its path."""
         with self._lock:
             if self._blocked:
                 self._raise_blocked()
@@ -330,27 +294,6 @@ class TraceWriter:
                 os.close(new_fd)
                 self._fail_sync(exc, "fsync of the rotated-out file failed", self._offset)
         self._fd, self._offset, self._path, self._index = new_fd, new_offset, new_path, new_index
-        try:
-            if self._head is not None:
-                for msg in self._head():
-                    if not is_recordable(msg):
-                        raise ValueError("a head record is partial or origin-tagged (R-TRACE-4)")
-                    line = encode_line(msg)
-                    size = len(line)
-                    if size > self._max_record_bytes:
-                        raise RecordTooLarge(size=size, limit=self._max_record_bytes, path=new_path)
-                    self._write_locked(line, size, self._sync_always)
-        except BaseException:
-            # Go back to the old file: the half-written head is residue (R-ROOT-10) that the
-            # next attempt empties and reuses; a pending rotation stays pending.
-            self._fd, self._offset, self._path, self._index = old
-            try:
-                os.ftruncate(new_fd, 0)
-            except OSError:
-                pass  # still residue: only head copies, dropped by readers and the next rotation
-            os.close(new_fd)
-            raise
-        self._rotation_pending = False
         os.close(old[0])
 
     # ------------------------------------------------------------------ closing

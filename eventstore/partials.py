@@ -54,12 +54,6 @@ SegmentKind: TypeAlias = Literal["text", "thinking", "tool_call", "tool_call_out
 
 EventType: TypeAlias = Literal["start", "delta", "stop"]
 
-_Partial: TypeAlias = (
-    PartialTextPayload
-    | PartialThinkingPayload
-    | PartialToolCallPayload
-    | PartialToolCallOutputPayload
-)
 _KIND_OF_PARTIAL: Final[dict[type[Any], SegmentKind]] = {
     PartialTextPayload: "text",
     PartialThinkingPayload: "thinking",
@@ -189,7 +183,8 @@ class SegmentWriter:
         the segment's."""
         if fidelity:
             self.fidelity = {**(self.fidelity or {}), **fidelity}
-        ts = self._ts()
+        # One instant for both: the complete message is what the stop fragment closed.
+        ts = self._ts() or builders.now_iso()
         stop = self._fragment("stop", "", stop_reason=stop_reason, timestamp=ts)
         return stop, self.complete(stop_reason, timestamp=ts)
 

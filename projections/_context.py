@@ -156,9 +156,6 @@ class _Turn:
         return rendered
 
 
-_USER_INPUT = (TextPayload, ImageUrlPayload, InlineDataPayload, ToolCallOutputPayload)
-
-
 class ModelContext:
     """The model context as a fold (R-PROJ-1).
 

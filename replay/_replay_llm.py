@@ -32,7 +32,6 @@ import anyio
 import msgspec
 
 from engine import AbortSignal, Approval, ApproveFn, LLMOutcome, LLMRequest
-from engine._signal import make_waker
 from eventstore import (
     AbortPayload,
     ApprovalDecisionPayload,
@@ -378,7 +377,7 @@ class _Pacer:
             if self._changed is None:
                 self._changed = anyio.Event()
             event = self._changed
-            forget = signal.add_callback(make_waker(event))
+            forget = signal.wake_on_abort(event)
             try:
                 with anyio.move_on_after(remaining):
                     await event.wait()

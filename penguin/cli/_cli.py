@@ -19,6 +19,7 @@ from typer.core import TyperGroup
 from eventstore import validate_id
 
 from ._clikit import Globals, errors_to_exit_codes, hoist_globals, quiet_stdout
+from ._logs import route_library_logs
 
 __all__ = ["app", "main"]
 
@@ -95,6 +96,7 @@ def _main(
     ] = False,
 ) -> None:
     """Global options go before or after the command: penguin inspect SESSION --home DIR."""
+    route_library_logs()  # what the libraries log reaches stderr
     with errors_to_exit_codes():
         if project is not None:
             validate_id(project, what="project")

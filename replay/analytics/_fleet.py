@@ -13,7 +13,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from eventstore._reader import MAX_LINE_BYTES
+from eventstore import MAX_LINE_BYTES
 
 from ._exceptions import AnalyticsError, AnalyticsUnavailable
 from ._load import load

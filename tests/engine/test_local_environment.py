@@ -8,7 +8,7 @@ import os
 import re
 import stat
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -148,7 +148,7 @@ async def test_r_tool_1_the_environment_enforces_the_call_id(tmp_path: Path) -> 
 
 
 async def test_r_tool_1_origin_tagged_messages_pass_through_unchanged(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, reported: Callable[[], str]
 ) -> None:
     nested = b.tool_call_output("child_call", "child says hi", origin=["session-child"])
     stray = b.user_text("no origin")
@@ -158,7 +158,7 @@ async def test_r_tool_1_origin_tagged_messages_pass_through_unchanged(
     assert stray not in msgs
     assert msgs.index(nested) < len(msgs) - 2  # interleaved before the stop, not after
     assert framed(msgs).output == "ab"
-    assert "without origin" in capsys.readouterr().err
+    assert "without origin" in reported()
 
 
 async def test_execute_refuses_a_message_that_is_not_a_tool_call(tmp_path: Path) -> None:
@@ -603,7 +603,7 @@ async def test_r_tool_2_full_note_order_with_truncation_and_error(tmp_path: Path
 
 
 async def test_r_tool_2_unwritable_scratchpad_drops_only_the_archive_note(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, reported: Callable[[], str]
 ) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
@@ -612,7 +612,7 @@ async def test_r_tool_2_unwritable_scratchpad_drops_only_the_archive_note(
     )
     out = framed(await execute(env))
     assert out.output == "abc\n[output truncated: exceeded 3 chars]"
-    assert "could not archive" in capsys.readouterr().err
+    assert "could not archive" in reported()
 
 
 # ---------------------------------------------------------------------------- ToolContext.resolve

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -140,7 +141,7 @@ async def test_approval_decisions(
     decision: str,
     text: str,
     status: str,
-    capsys: pytest.CaptureFixture[str],
+    reported: Callable[[], str],
 ) -> None:
     """R-APPROVE-2/3, R-RUN-2, INV-22: denials answer at once; a raising approve denies."""
     script = {
@@ -158,7 +159,7 @@ async def test_approval_decisions(
     assert [d.decision for d in decisions] == [decision]
     out = [m.payload for m in complete(stream) if isinstance(m.payload, ToolCallOutputPayload)]
     assert [(o.output, o.stop_reason) for o in out] == [(text, status)]
-    err = capsys.readouterr().err
+    err = reported()
     if approve is not None and decision == "deny":
         try:
             value = approve(None)

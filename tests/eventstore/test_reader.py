@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tracemalloc
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -112,25 +112,25 @@ def test_empty_file_and_file_of_newlines_have_no_records(tmp_path: Path) -> None
 
 
 def test_r_read_2_last_line_without_newline_is_torn_even_when_it_decodes(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, reported: Callable[[], str]
 ) -> None:
     p = write(tmp_path / "t.jsonl", text("a"), encode(text("b")))
     tr = read_trace(p)
     assert tr.records == [text("a")]
     assert [(d.line, d.kind) for d in tr.diagnostics] == [(2, "torn_tail")]
     assert "no terminating newline" in tr.diagnostics[0].detail
-    assert capsys.readouterr().err == ""  # torn tails are not printed
+    assert reported() == ""  # torn tails are not printed
 
 
 def test_r_read_2_undecodable_last_line_is_torn_even_with_newline_and_trailing_blanks(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, reported: Callable[[], str]
 ) -> None:
     p = write(tmp_path / "t.jsonl", text("a"), b'{"timestamp":"t","ty\n', b"\n  \n")
     tr = read_trace(p)
     assert tr.records == [text("a")]
     assert [(d.line, d.kind) for d in tr.diagnostics] == [(2, "torn_tail")]
     assert tr.diagnostics[0].detail.startswith("last line does not decode: not JSON")
-    assert capsys.readouterr().err == ""
+    assert reported() == ""
 
 
 def test_r_read_2_blank_tail_without_newline_is_not_torn(tmp_path: Path) -> None:
@@ -213,44 +213,42 @@ def test_deeply_nested_json_is_malformed_not_a_recursion_crash(tmp_path: Path) -
 
 
 def test_r_read_3_stderr_report_one_line_per_read(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, reported: Callable[[], str]
 ) -> None:
     p = write(tmp_path / "t.jsonl", text("a"), b"x\n", text("b"), b"y\n", text("c"))
     read_trace(p)
-    assert capsys.readouterr().err == f"[trace] skipped 2 malformed line(s) [2, 4] in {p}\n"
+    assert reported() == f"[trace] skipped 2 malformed line(s) [2, 4] in {p}\n"
 
 
 def test_r_read_3_report_lists_at_most_20_line_numbers(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, reported: Callable[[], str]
 ) -> None:
     p = write(tmp_path / "t.jsonl", *([b"bad\n"] * 25), text("ok"))
     tr = read_trace(p)
     assert len(tr.records) == 1
     shown = ", ".join(str(n) for n in range(1, 21))
-    assert capsys.readouterr().err == f"[trace] skipped 25 malformed line(s) [{shown}, …] in {p}\n"
+    assert reported() == f"[trace] skipped 25 malformed line(s) [{shown}, …] in {p}\n"
 
 
 def test_r_read_3_exactly_20_lines_have_no_ellipsis(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, reported: Callable[[], str]
 ) -> None:
     p = write(tmp_path / "t.jsonl", *([b"bad\n"] * 20), text("ok"))
     read_trace(p)
-    assert capsys.readouterr().err.endswith(f"20] in {p}\n")
+    assert reported().endswith(f"20] in {p}\n")
 
 
-def test_r_read_3_report_false_is_silent(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_r_read_3_report_false_is_silent(tmp_path: Path, reported: Callable[[], str]) -> None:
     p = write(tmp_path / "t.jsonl", b"bad\n", text("ok"))
     assert len(read_trace(p, report=False).diagnostics) == 1
     assert list(iter_trace(p, report=False)) == [text("ok")]
-    assert capsys.readouterr().err == ""
+    assert reported() == ""
 
 
-def test_iter_trace_reports_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_iter_trace_reports_too(tmp_path: Path, reported: Callable[[], str]) -> None:
     p = write(tmp_path / "t.jsonl", b"bad\n", text("ok"))
     assert list(iter_trace(p)) == [text("ok")]
-    assert capsys.readouterr().err == f"[trace] skipped 1 malformed line(s) [1] in {p}\n"
+    assert reported() == f"[trace] skipped 1 malformed line(s) [1] in {p}\n"
 
 
 def test_r_read_4_unknown_envelope_type_is_kept(tmp_path: Path) -> None:
@@ -392,14 +390,12 @@ def test_r_read_5_files_are_read_in_index_order(tmp_path: Path) -> None:
     assert list(iter_trace(given)) == tr.records
 
 
-def test_r_read_3_report_names_each_file(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_r_read_3_report_names_each_file(tmp_path: Path, reported: Callable[[], str]) -> None:
     a = write(tmp_path / "s_001.jsonl", meta(), b"bad\n", text("a"))
     c = write(tmp_path / "s_002.jsonl", meta(), text("b"), b"bad\n", text("c"))
     tr = read_trace([a, c])
     assert [(d.path, d.line) for d in tr.diagnostics] == [(a, 2), (c, 3)]
-    assert capsys.readouterr().err.splitlines() == [
+    assert reported().splitlines() == [
         f"[trace] skipped 1 malformed line(s) [2] in {a}",
         f"[trace] skipped 1 malformed line(s) [3] in {c}",
     ]

@@ -269,7 +269,7 @@ def test_files_0600_dirs_0700_whatever_the_umask_r_root_9(
     """Every directory the writer creates is 0700, every trace and lock file 0600 (R-ROOT-9)."""
     path = tmp_path / "proj" / "traces" / "2026-03-01" / "s_001.jsonl"
     umask(mask)
-    with TraceWriter(path, fsync="never", head=head) as w:
+    with TraceWriter(path, fsync="never") as w:
         w.append(b.user_text("x", timestamp=TS))
         rotated = w.rotate()
     umask(0o022)
@@ -342,47 +342,35 @@ def test_partial_or_origin_tagged_is_refused_r_trace_4(trace: Path, msg: OmniMes
 # ---------------------------------------------------------------------------- rotation
 
 
-def test_deferred_rotation_splits_records_at_the_request_r_trace_8_10(tmp_path: Path) -> None:
-    """Records before ``request_rotation`` land in the old file, the next one after the head in
-    the new file; nothing is created until a record follows (R-TRACE-8, R-TRACE-10)."""
+def rotate_with_head(w: TraceWriter) -> Path:
+    """What the engine does: rotate, then append the new file's head (R-TRACE-8/9)."""
+    path = w.rotate()
+    for msg in head():
+        w.append(msg)
+    return path
+
+
+def test_rotation_splits_records_at_the_rotation_r_trace_8_10(tmp_path: Path) -> None:
+    """Records before ``rotate`` land in the old file, the ones after it in the new file."""
     first = tmp_path / "s_001.jsonl"
     second = tmp_path / "s_002.jsonl"
-    with TraceWriter(first, fsync="never", head=head) as w:
+    with TraceWriter(first, fsync="never") as w:
         w.append(meta())
         w.append(b.compaction_end("context", "discard", "completed", timestamp=TS))
-        w.request_rotation()
-        assert w.rotation_pending
-        assert w.path == first
-        assert not second.exists()
+        assert rotate_with_head(w) == second
         w.append(b.user_text("after", timestamp=TS))
-        assert not w.rotation_pending
         assert w.path == second
-        w.append(b.user_text("later", timestamp=TS))
     assert texts(first) == ["SessionMetaPayload", "CompactionEndPayload"]
-    assert records(second) == [
-        *head(),
-        b.user_text("after", timestamp=TS),
-        b.user_text("later", timestamp=TS),
-    ]
+    assert records(second) == [*head(), b.user_text("after", timestamp=TS)]
 
 
-def test_pending_rotation_without_a_following_record_creates_nothing_r_trace_8(
-    tmp_path: Path,
-) -> None:
-    with TraceWriter(tmp_path / "s_001.jsonl", fsync="turn", head=head) as w:
-        w.append(b.user_text("x", timestamp=TS))
-        w.request_rotation()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.lock", "s_001.jsonl"]
-
-
-def test_rotate_now_writes_the_head_and_pads_the_index_r_root_4(tmp_path: Path) -> None:
-    """``rotate`` moves to ``_NNN+1`` (at least 3 digits) and writes ``head()`` at its top."""
-    with TraceWriter(tmp_path / "s_998.jsonl", fsync="rotate", head=head) as w:
+def test_rotate_pads_the_index_r_root_4(tmp_path: Path) -> None:
+    """``rotate`` moves to ``_NNN+1`` (at least 3 digits)."""
+    with TraceWriter(tmp_path / "s_998.jsonl", fsync="rotate") as w:
         assert w.rotate() == tmp_path / "s_999.jsonl"
-        assert w.rotate() == tmp_path / "s_1000.jsonl"
+        assert rotate_with_head(w) == tmp_path / "s_1000.jsonl"
         assert w.offset == sum(len(encode_line(m)) for m in head())
         w.append(b.user_text("x", timestamp=TS))
-    assert records(tmp_path / "s_999.jsonl") == head()
     assert records(tmp_path / "s_1000.jsonl") == [*head(), b.user_text("x", timestamp=TS)]
     assert not (tmp_path / "s_998.jsonl").read_bytes()
 
@@ -400,8 +388,6 @@ def test_name_without_index_cannot_rotate(tmp_path: Path) -> None:
         w.append(b.user_text("x", timestamp=TS))
         with pytest.raises(ValueError, match="rotate"):
             w.rotate()
-        with pytest.raises(ValueError, match="rotate"):
-            w.request_rotation()
     assert (tmp_path / "plain.lock").exists()
 
 
@@ -419,52 +405,28 @@ def test_rotation_reuses_a_crash_residue_file_r_root_10(tmp_path: Path, residue:
     """A target holding only crash residue (R-ROOT-10) is emptied and reused."""
     target = tmp_path / "s_002.jsonl"
     target.write_bytes(residue)
-    with TraceWriter(tmp_path / "s_001.jsonl", fsync="turn", head=head) as w:
+    with TraceWriter(tmp_path / "s_001.jsonl", fsync="turn") as w:
         w.append(b.user_text("old", timestamp=TS))
-        w.request_rotation()
+        rotate_with_head(w)
         w.append(b.user_text("new", timestamp=TS))
         assert w.path == target
     assert records(target) == [*head(), b.user_text("new", timestamp=TS)]
 
 
 def test_rotation_refuses_a_target_with_records_r_root_10(tmp_path: Path) -> None:
-    """Never append into another context's file: the rotation fails, the record is not written,
-    the writer stays on its file and the rotation stays pending."""
+    """Never append into another context's file: the rotation fails and the writer stays on
+    its file, still usable."""
     target = tmp_path / "s_002.jsonl"
     content = encode_line(meta()) + encode_line(b.user_text("other context", timestamp=TS))
     target.write_bytes(content)
-    with TraceWriter(tmp_path / "s_001.jsonl", fsync="never", head=head) as w:
-        w.request_rotation()
+    with TraceWriter(tmp_path / "s_001.jsonl", fsync="never") as w:
         with pytest.raises(TraceWriteError, match="another context") as info:
-            w.append(b.user_text("new", timestamp=TS))
-        assert info.value.path == target
-        assert (w.path, w.rotation_pending, w.poisoned) == (tmp_path / "s_001.jsonl", True, False)
-        with pytest.raises(TraceWriteError):
             w.rotate()
+        assert info.value.path == target
+        assert (w.path, w.poisoned) == (tmp_path / "s_001.jsonl", False)
+        w.append(b.user_text("still here", timestamp=TS))
     assert target.read_bytes() == content
-    assert (tmp_path / "s_001.jsonl").read_bytes() == b""
-
-
-def test_failed_head_write_keeps_the_old_file_and_the_rotation_pending_r_trace_15(
-    tmp_path: Path, seam: Callable[[str], SyscallLog]
-) -> None:
-    """A head record that cannot be written fails the triggering append; the writer goes back to
-    the old file and the next append rotates into the emptied target with a whole head."""
-    first, second = tmp_path / "s_001.jsonl", tmp_path / "s_002.jsonl"
-    with TraceWriter(first, fsync="never", head=head) as w:
-        w.append(b.user_text("old", timestamp=TS))
-        w.request_rotation()
-        writes = seam("write")
-        writes.script = [writes.real, raising(errno.ENOSPC)]  # session_meta ok, tool_list fails
-        with pytest.raises(TraceWriteError) as info:
-            w.append(b.user_text("new", timestamp=TS))
-        assert info.value.errno == errno.ENOSPC
-        assert (w.path, w.rotation_pending, w.poisoned) == (first, True, False)
-        assert second.read_bytes() == b""
-        w.append(b.user_text("new", timestamp=TS))
-        assert w.path == second
-    assert texts(first) == ["old"]
-    assert records(second) == [*head(), b.user_text("new", timestamp=TS)]
+    assert records(tmp_path / "s_001.jsonl") == [b.user_text("still here", timestamp=TS)]
 
 
 # ---------------------------------------------------------------------------- fsync policy
@@ -502,14 +464,15 @@ def test_fsync_policy_r_trace_16(
     seen_datasync: list[bool] = []
     fsync.script = [counting(fsync, seen_fsync)] * 100
     fdatasync.script = [counting(fdatasync, seen_datasync)] * 100
-    with TraceWriter(tmp_path / "s_001.jsonl", fsync=policy, head=lambda: [meta()]) as w:
+    with TraceWriter(tmp_path / "s_001.jsonl", fsync=policy) as w:
         w.append(b.user_text("u", timestamp=TS))
         w.append(b.request_end("completed", timestamp=TS))
         w.append(b.abort("stop", timestamp=TS))
         w.append(b.compaction_end("turns", "discard", "completed", timestamp=TS))
         w.append(b.compaction_begin("turns", "discard", context=1, turns=1, timestamp=TS))
-        w.request_rotation()
-        w.append(b.assistant_text("a", timestamp=TS))  # rotation: + session_meta head
+        w.rotate()
+        w.append(meta())  # the new file's head
+        w.append(b.assistant_text("a", timestamp=TS))
         w.append(b.token_usage(TokenCounts(), timestamp=TS))
     counts = (seen_fsync.count(True), seen_fsync.count(False), len(seen_datasync))
     assert counts == expected
@@ -638,7 +601,7 @@ def test_failed_fsync_at_rotation_poisons_r_trace_16(
     tmp_path: Path, seam: Callable[[str], SyscallLog]
 ) -> None:
     first = tmp_path / "s_001.jsonl"
-    with TraceWriter(first, fsync="rotate", head=head) as w:
+    with TraceWriter(first, fsync="rotate") as w:
         w.append(b.user_text("one", timestamp=TS))
         fsync = seam("fsync")
         fsync.script = [raising(errno.EIO)]

@@ -189,11 +189,12 @@ def _rotate(args: argparse.Namespace) -> None:
         timestamp="2026-01-01T00:00:00.000Z",
     )
     sizes = (10, 1000, 100_000, 1_000_000)
-    with TraceWriter(Path(args.dir) / "tail_001.jsonl", fsync="never", head=lambda: [head]) as w:
+    with TraceWriter(Path(args.dir) / "tail_001.jsonl", fsync="never") as w:
         w.append(head)
         for seq in range(args.count):
             if seq and seq % args.every == 0:
                 w.rotate()
+                w.append(head)  # each file starts with its head, as the engine writes it
             w.append(
                 b.user_text(
                     f"{seq}:" + "x" * rng.choices(sizes, weights=(60, 30, 9, 1))[0],
