@@ -187,8 +187,10 @@ class Session:
         self._busy = False
         self._broken: str | None = None
         self._write_failed = False
-        # The current file holds nothing but its rotation head (R-ROOT-10 residue if we stop).
+        # The current file holds nothing but its rotation head (R-ROOT-10 residue if we stop),
+        # and that head, not folded yet.
         self._head_only = False
+        self._head_records: list[OmniMessage] = []
         self._steering: list[list[OmniMessage]] = []
         self._backoff_wake: anyio.Event | None = None
         self._title_user: list[str] = []
@@ -373,10 +375,22 @@ class Session:
                 self._meta_written = True
                 self._fold(self._meta)
                 self._notify(self._meta)
-            elif self._state.rotation_pending:
-                self._rotate(writer)
+            elif self._state.rotation_pending and not self._head_only:
+                # (A head already written stays: a record refused after it goes on in that file.)
+                try:
+                    self._rotate(writer)
+                except RecordTooLarge as exc:
+                    # The session's own head cannot be written, so no new file can start.
+                    self._write_failed = True
+                    raise _WriteFailed(exc, fatal=True) from None
             writer.append(msg)
             self._head_only = False
+            # A head is folded with the first record after it: alone it is residue that resume
+            # ignores (R-ROOT-10), and the live projections must read as resume's would.
+            head, self._head_records = self._head_records, []
+            for record in head:
+                self._fold(record)
+                self._notify(record)
         except RecordTooLarge as exc:
             raise _WriteFailed(exc, fatal=False) from None
         except TraceError as exc:
@@ -410,13 +424,11 @@ class Session:
         store_file_summary(closed)  # R-TRACE-19
         self._head_only = True
         writer.append(self._meta)
-        self._fold(self._meta)
-        self._notify(self._meta)
+        self._head_records.append(self._meta)
         self._tool_list_in_file = False
         if self._tool_list_record is not None:
             writer.append(self._tool_list_record)
-            self._fold(self._tool_list_record)
-            self._notify(self._tool_list_record)
+            self._head_records.append(self._tool_list_record)
             self._tool_list_in_file = True
 
     def _record_tool_output(self, msg: OmniMessage) -> OmniMessage:

@@ -615,3 +615,39 @@ async def test_leaving_the_session_aborts_a_manual_compaction(env: Env) -> None:
     assert _tag(records[-1]) == "compaction_end"
     assert records[-1].payload.status == "aborted"  # type: ignore[union-attr]
     assert validator_errors(env, session.id) == []
+
+
+async def test_record_too_large_after_a_rotation_head_goes_on_in_that_file(env: Env) -> None:
+    """R-TRACE-8, R-TRACE-15a, R-ROOT-10, INV-24 (found by the widened property test): a record
+    refused right after a rotation head leaves the head alone in the new file, which resume
+    ignores as residue; the live session folds that head only with the next record it writes
+    there (no second rotation), so its projections and next request equal the resumed ones."""
+    script = [[{"text": "done"}], [{"text": "[summary]S[/summary]"}], [{"text": "fine"}]]
+    session, llm = await make_session(
+        env,
+        {"responses": script, "tools": TOOLS},
+        compaction=CompactionSettings(max_context_length=1, prompt=PROMPT),
+    )
+    fault = WriteFault(-1, "too_large").install(session)
+    async with session:
+        await collect(session.run([b.user_text("hi")], approve=allow_all))
+        assert session.state.rotation_pending
+        fault.at = fault.count + 2  # session_meta, tool_list_ready, then the summary
+        await collect(session.run([b.user_text("task2")], approve=allow_all))
+        assert fault.fired and not session.broken
+        records = session_records(env, session.id)
+        assert SessionState.from_records(records) == session.state
+        assert ModelContext.from_records(records) == session.context
+        task3 = b.user_text("task3")
+        await collect(session.run([task3], approve=allow_all))
+        check_trace(session)
+    files = files_of(env, session.id)
+    assert len(files) == 2
+    live = llm.requests[2]
+    assert [body(m) for m in live.messages] == [mk.wrap_context_summary("S"), "task3"]
+    # The state before task3, resumed: cut the second file where task3 was recorded.
+    lines = files[1].read_bytes().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if b'"text":"task3"' in line)
+    files[1].write_bytes(b"".join(lines[:at]))
+    (resumed,) = await first_request_after_resume(env, session.id, task3)
+    assert resumed.messages == live.messages

@@ -76,7 +76,9 @@ EXAMPLES = 150 if EXTENDED else 8
 CUT_SAMPLE = 1.0 if EXTENDED else 0.3  # boundary cuts resumed (at-rest cuts always are)
 TORN_SAMPLE = 1.0 if EXTENDED else 0.1  # cuts inside a record
 DAMAGE_SAMPLE = 0.5 if EXTENDED else 0.06  # damaged middle lines
-FAULT_SAMPLE = 1.0 if EXTENDED else 0.12  # append indices of the every-index fault test
+FAULT_SAMPLE = (
+    1.0 if EXTENDED or os.environ.get("PENGUIN_ALL_FAULTS") else 0.12
+)  # append indices of the every-index fault test
 
 TOOLS = [{"name": "t", "description": "test tool"}]
 SUMMARIZE = "SUMMARIZE"
