@@ -128,7 +128,38 @@ def _as_process(args: list[str]) -> float:
     return elapsed
 
 
+LISTED = 5000
+LISTING_TARGET_S = 1.0
+
+
+def _listing() -> None:
+    """``penguin sessions`` over 5,000 sessions (issue 15 item 6: linear, <= 1 s warm).  Cold:
+    every session read once; warm: the summaries of unchanged sessions come from the cache."""
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp) / "home"
+        paths = generate(home, LISTED)
+        t_bytes = _best(lambda: [p.read_bytes() for p in paths])
+        args = ["--home", str(home), "sessions"]
+        start = time.perf_counter()
+        _in_process(args)()
+        t_cold = time.perf_counter() - start
+        t_warm = _best(_in_process(args))
+        p_warm = _as_process(args)
+    print(f"sessions: {LISTED} sessions; read bytes (baseline) {t_bytes * 1000:8.1f} ms")
+    for name, t in (
+        ("sessions, cold (in process)", t_cold),
+        ("sessions, warm (in process)", t_warm),
+        ("penguin sessions, warm (process)", p_warm),
+    ):
+        verdict = "ok" if t <= LISTING_TARGET_S or "cold" in name else "OVER TARGET"
+        print(
+            f"  {name:<34} {t * 1000:8.1f} ms  x{t / t_bytes:6.1f} vs reading the bytes  "
+            f"{t / LISTED * 1e6:6.0f} us/session  {verdict}"
+        )
+
+
 def main() -> None:
+    _listing()
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
         start = time.perf_counter()

@@ -18,6 +18,7 @@ import os
 import re
 import secrets
 import stat
+import warnings
 from collections.abc import Generator, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Final, Literal, NamedTuple
 
+from ._codec import decode
 from ._dirs import make_private_dirs
 from ._names import parse_trace_name, trace_file_name
 from ._reader import MAX_LINE_BYTES, _scan, file_index
@@ -35,6 +37,7 @@ __all__ = [
     "DEFAULT_AGENT",
     "DEFAULT_PROJECT",
     "DataRoot",
+    "OutsideRootWarning",
     "SessionInfo",
     "SessionLocation",
     "validate_id",
@@ -47,8 +50,9 @@ _ID: Final = re.compile(r"^[A-Za-z0-9_-]{1,128}\Z")
 _SESSION_ID: Final = re.compile(
     r"^session-(\d{4})-(\d{2})-(\d{2})-(\d{2})-(\d{2})-(\d{2})-[0-9a-f]{8}\Z"
 )
-# The residue check and the session listing read only the first records of a file.
-_PEEK_BYTES: Final = 64 * 1024
+# The residue check and the session listing read only the first records of a file: one small
+# chunk holds a session_meta line (a longer one spans chunks, which the scanner handles).
+_PEEK_BYTES: Final = 4 * 1024
 
 
 def validate_id(value: str, *, what: str = "id") -> str:
@@ -223,9 +227,10 @@ class DataRoot:
     ) -> list[SessionInfo]:
         """Every session under the root (or the given project/agent), newest first.  A session
         none of whose files holds a ``session_meta`` is not listed (R-ROOT-10); ``*.lock`` and
-        other files that are not ``<id>_<NNN>.jsonl`` are ignored (R-TRACE-18a)."""
+        other files that are not ``<id>_<NNN>.jsonl`` are ignored (R-TRACE-18a).  An entry
+        whose symlink leads outside the root is left out with an ``OutsideRootWarning``."""
         grouped: dict[tuple[str, str, str], list[tuple[int, str, Path]]] = {}
-        for proj, ag, date, sid, index, path in self._walk(project, agent):
+        for proj, ag, date, sid, index, path in self._walk(project, agent, skip_outside=True):
             grouped.setdefault((proj, ag, sid), []).append((index, date, path))
         infos: list[SessionInfo] = []
         for (proj, ag, sid), entries in grouped.items():
@@ -242,7 +247,7 @@ class DataRoot:
         """R-ROOT-8: the lexically greatest session id of the agent whose trace holds a
         ``session_meta`` and at least one other record; ``None`` when there is none."""
         by_id: dict[str, list[tuple[int, str, Path]]] = {}
-        for _, _, date, sid, index, path in self._walk(project, agent):
+        for _, _, date, sid, index, path in self._walk(project, agent, skip_outside=True):
             by_id.setdefault(sid, []).append((index, date, path))
         for sid in sorted(by_id, reverse=True):
             files = [path for _, _, path in sorted(by_id[sid])]
@@ -321,21 +326,37 @@ class DataRoot:
         return SessionLocation(proj, ag, entries[-1][1]), [path for _, _, path in entries]
 
     def _walk(
-        self, project: str | None, agent: str | None, session_id: str | None = None
+        self,
+        project: str | None,
+        agent: str | None,
+        session_id: str | None = None,
+        *,
+        skip_outside: bool = False,
     ) -> Iterator[tuple[str, str, str, str, int, Path]]:
         """``(project, agent, date, session_id, index, path)`` for every trace file under
-        ``<project>/agents/<agent>/traces/<date>/`` (only of ``session_id`` when given)."""
+        ``<project>/agents/<agent>/traces/<date>/`` (only of ``session_id`` when given).
+
+        A symlink that resolves outside the root raises ``ValueError``; with ``skip_outside``
+        (listings) it is left out with an ``OutsideRootWarning`` instead, so that one bad link
+        hides one entry, not the whole listing.  Only symlinks are resolved: a plain entry of a
+        directory already checked is inside, which keeps a walk linear and cheap."""
+        root = self.home.resolve()
+        check = _OutsideCheck(root, skip=skip_outside)
         projects = (
-            [validate_id(project, what="project")] if project is not None else self._dirs(self.home)
+            [validate_id(project, what="project")]
+            if project is not None
+            else self._dirs(self.home, check)
         )
         for proj in projects:
             agents_dir = self.home / proj / "agents"
             agents = (
-                [validate_id(agent, what="agent")] if agent is not None else self._dirs(agents_dir)
+                [validate_id(agent, what="agent")]
+                if agent is not None
+                else self._dirs(agents_dir, check)
             )
             for ag in agents:
                 traces = agents_dir / ag / "traces"
-                for date in self._dirs(traces):
+                for date in self._dirs(traces, check):
                     directory = traces / date
                     checked = False
                     for name, path, link in self._files(directory):
@@ -346,17 +367,19 @@ class DataRoot:
                         # a symlink is then under the root too (resolving every file of a
                         # long session dominated finding it).
                         if not checked:
-                            self._inside(directory)
+                            if not check(directory):
+                                break
                             checked = True
-                        if link:
-                            self._inside(path)
+                        if link and not check(path):
+                            continue
                         yield proj, ag, date, parsed[0], parsed[1], path
 
-    def _dirs(self, parent: Path) -> list[str]:
+    def _dirs(self, parent: Path, check: _OutsideCheck | None = None) -> list[str]:
         """Names of the subdirectories of ``parent`` that are valid ids, sorted; a symlinked
         one must resolve under the root.  A missing ``parent`` has none."""
-        if parent.is_symlink():
-            self._inside(parent)
+        check = check or _OutsideCheck(self.home.resolve(), skip=False)
+        if parent.is_symlink() and not check(parent):
+            return []
         try:
             entries = list(os.scandir(parent))
         except (FileNotFoundError, NotADirectoryError):
@@ -365,8 +388,8 @@ class DataRoot:
         for entry in entries:
             if not _ID.match(entry.name):
                 continue
-            if entry.is_symlink():
-                self._inside(Path(entry.path))
+            if entry.is_symlink() and not check(Path(entry.path)):
+                continue
             if entry.is_dir():
                 names.append(entry.name)
         return sorted(names)
@@ -378,6 +401,28 @@ class DataRoot:
         except (FileNotFoundError, NotADirectoryError):
             return []
         return sorted((e.name, Path(e.path), e.is_symlink()) for e in entries if e.is_file())
+
+
+class OutsideRootWarning(UserWarning):
+    """A listing left out an entry whose symlink resolves outside the data root (R-ROOT-9)."""
+
+
+class _OutsideCheck:
+    """Whether a symlinked path resolves under ``root``: raise, or warn and skip it."""
+
+    def __init__(self, root: Path, *, skip: bool) -> None:
+        self._root = root
+        self._skip = skip
+
+    def __call__(self, path: Path) -> bool:
+        resolved = path.resolve()
+        if resolved == self._root or resolved.is_relative_to(self._root):
+            return True
+        message = f"path resolves outside the data root {self._root}: {path} -> {resolved}"
+        if not self._skip:
+            raise ValueError(message)
+        warnings.warn(f"skipped {path}: {message}", OutsideRootWarning, stacklevel=4)
+        return False
 
 
 # --------------------------------------------------------------------------- file peeks
@@ -395,8 +440,26 @@ def _peek(path: Path, *, want: Literal["session_meta", "other"]) -> bool:
     """Whether the file holds a ``session_meta`` (``want="session_meta"``) or a record of any
     other type (``want="other"``); stops at the first hit."""
     meta = want == "session_meta"
+    if meta and _first_is_meta(path):
+        return True  # the common case, without starting the scanner
     with closing(_records(path)) as records:
         return any((record.type == "session_meta") == meta for record in records)
+
+
+def _first_is_meta(path: Path) -> bool:
+    """Whether the file's first line is a complete, decodable ``session_meta`` record."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_PEEK_BYTES)
+    except OSError:
+        return False
+    line, newline, _rest = head.removeprefix(b"\xef\xbb\xbf").partition(b"\n")
+    if not newline:
+        return False
+    try:
+        return decode(line).type == "session_meta"
+    except Exception:
+        return False
 
 
 def _records(path: Path) -> Generator[OmniMessage, None, None]:

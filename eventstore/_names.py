@@ -23,5 +23,7 @@ def trace_file_name(session_id: str, index: int) -> str:
 
 def parse_trace_name(path: str | os.PathLike[str]) -> tuple[str, int] | None:
     """``(session_id, index)`` of a trace file name (or path), ``None`` when it is none."""
-    m = _TRACE_NAME.match(Path(path).name)
+    # A bare name (what directory listings hand over) needs no Path: listings call this per file.
+    name = path if isinstance(path, str) and "/" not in path else Path(path).name
+    m = _TRACE_NAME.match(name)
     return (m.group(1), int(m.group(2))) if m else None

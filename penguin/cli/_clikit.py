@@ -39,6 +39,8 @@ __all__ = [
     "resolve_target",
     "sniff_trace",
     "trace_name",
+    "warn",
+    "warnings_reported",
     "workspace_dir",
     "write_json",
 ]
@@ -152,7 +154,8 @@ def errors_to_exit_codes(*, as_json: bool = False) -> Iterator[None]:
 
     debug = os.environ.get("PENGUIN_DEBUG") == "1"
     try:
-        yield
+        with warnings_reported():
+            yield
     except typer.Exit:
         raise
     except BrokenPipeError:
@@ -290,8 +293,50 @@ def sniff_trace(path: Path) -> None:
 
 
 def find_trace_files(directory: Path) -> list[Path]:
-    """Every ``*.jsonl`` file under ``directory``, sorted."""
-    return sorted(p for p in directory.rglob("*.jsonl") if p.is_file())
+    """Every ``*.jsonl`` file under ``directory``, sorted.  Symlinked directories are not
+    entered, and a symlinked file that resolves outside ``directory`` is left out with a
+    warning on stderr (R-ROOT-9: nothing outside is read through a link)."""
+    base = directory.resolve()
+    found: list[Path] = []
+    for parent, _dirs, names in os.walk(directory, followlinks=False):
+        for name in names:
+            if not name.endswith(".jsonl"):
+                continue
+            path = Path(parent) / name
+            if path.is_symlink():
+                target = path.resolve()
+                if not target.is_relative_to(base):
+                    warn(f"skipped {path}: a symlink to {target}, outside {directory}")
+                    continue
+            if path.is_file():
+                found.append(path)
+    return sorted(found)
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr (terminal-safe)."""
+    err_console().print("penguin: warning: " + safe(message), style="yellow", soft_wrap=True)
+
+
+@contextmanager
+def warnings_reported() -> Iterator[None]:
+    """Print what the library warned about (e.g. a symlink out of the data root that a
+    listing skipped) as warning lines on stderr, each once."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        try:
+            yield
+        finally:
+            seen: set[str] = set()
+            for w in caught:
+                text = str(w.message)
+                if not issubclass(w.category, UserWarning):
+                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+                elif text not in seen:
+                    seen.add(text)
+                    warn(text)
 
 
 @dataclass(slots=True)

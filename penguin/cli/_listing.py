@@ -3,7 +3,8 @@ prefixes.
 
 Owns: one walk of the data root (``DataRoot.sessions``), then one read of each listed
 session's own files — never a search of the tree per session, so listing stays linear in the
-number of sessions — the listing's per-session summary (status, turns, first prompt, parent),
+number of sessions; a session whose files have not changed since the last listing is not read
+again (``_listcache``) — the listing's per-session summary (status, turns, first prompt, parent),
 ordering by last activity, and resolving a unique id prefix.  Does not: print (``_sessions``).
 """
 
@@ -32,6 +33,7 @@ from projections import SessionState
 
 from ._clikit import CliError, Globals, match_session_id
 from ._diagnose import wrong_type
+from ._listcache import Cached, FileKey, ListCache, file_keys
 from ._safe import safe
 
 __all__ = ["SessionRow", "list_sessions", "resolve_session_id", "summarize"]
@@ -56,6 +58,7 @@ class SessionRow:
     last_request_status: str | None = None
     task_running: bool = False
     is_child: bool = False
+    open: bool = False
     parent: str | None = None
     children: list[str] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
@@ -120,10 +123,11 @@ def _fold_file(row: SessionRow, state: SessionState, path: Path, *, last: bool) 
         )
 
 
-def summarize(info: SessionInfo) -> SessionRow:
+def summarize(info: SessionInfo, active: float | None = None) -> SessionRow:
     """Read the session's own files once (no search of the root)."""
     files = info.files
-    row = SessionRow(info=info, active=_mtime(files[-1]), latest=files[-1])
+    active = _mtime(files[-1]) if active is None else active
+    row = SessionRow(info=info, active=active, latest=files[-1])
     state = SessionState()
     try:
         for position, path in enumerate(files, start=1):
@@ -136,11 +140,59 @@ def summarize(info: SessionInfo) -> SessionRow:
     row.task_running = state.task_running
     if any(d.kind == "empty_file" for d in row.diagnostics) and len(files) > 1:
         row.latest = files[-2]
-    if state.open_request or state.open_compaction is not None or state.task_running:
-        lock = row.latest.parent / f"{info.session_id}.lock"
-        row.status = "running" if _holder_alive(lock) else "interrupted"
-    elif state.last_request_status is not None:
+    row.open = state.open_request or state.open_compaction is not None or state.task_running
+    if state.last_request_status is not None:
         row.status = str(state.last_request_status)
+    _open_status(row)
+    return row
+
+
+def _open_status(row: SessionRow) -> None:
+    """A session left open is ``running`` while its lock's holder lives, else ``interrupted``
+    (decided at each listing, never cached)."""
+    if row.open and row.error is None:
+        lock = row.latest.parent / f"{row.session_id}.lock"
+        row.status = "running" if _holder_alive(lock) else "interrupted"
+
+
+def _to_cached(row: SessionRow, keys: list[FileKey]) -> Cached:
+    return Cached(
+        files=keys,
+        status=row.status if not row.open else "new",
+        open=row.open,
+        records=row.records,
+        turns=row.turns,
+        first_prompt=row.first_prompt,
+        workspace=row.workspace,
+        last_request_status=row.last_request_status,
+        task_running=row.task_running,
+        is_child=row.is_child,
+        children=row.children,
+        diagnostics=[(str(d.path), d.line, d.kind, d.detail) for d in row.diagnostics],
+        latest=str(row.latest),
+        error=row.error,
+    )
+
+
+def _from_cached(info: SessionInfo, c: Cached) -> SessionRow:
+    row = SessionRow(
+        info=info,
+        active=c.files[-1][2] / 1e9,
+        latest=next((f for f in reversed(info.files) if str(f) == c.latest), info.files[-1]),
+        status=c.last_request_status or "new" if c.open else c.status,
+        records=c.records,
+        turns=c.turns,
+        first_prompt=c.first_prompt,
+        workspace=c.workspace,
+        last_request_status=c.last_request_status,
+        task_running=c.task_running,
+        is_child=c.is_child,
+        open=c.open,
+        children=list(c.children),
+        diagnostics=[Diagnostic(Path(p), n, k, d) for p, n, k, d in c.diagnostics],  # type: ignore[arg-type]
+        error=c.error,
+    )
+    _open_status(row)
     return row
 
 
@@ -151,23 +203,36 @@ def list_sessions(
     agent: str | None = None,
     limit: int | None = None,
     top_level: bool = False,
+    save: bool = False,
 ) -> list[SessionRow]:
     """Sessions by last activity (the latest file's modification time), newest first.
 
     Only the ``limit`` most recently active are read; with ``top_level`` subagent children
-    are left out (they are then read to tell, so ``limit`` counts top-level sessions)."""
+    are left out (they are then read to tell, so ``limit`` counts top-level sessions).  Only
+    with ``save`` (``penguin sessions``) is the summary cache written back."""
     infos = root.sessions(project=project, agent=agent)
+    keyed = [(file_keys(i.files), i) for i in infos]
     by_activity = sorted(
-        ((_mtime(i.files[-1]), i) for i in infos), key=lambda t: (t[0], t[1].session_id)
+        keyed, key=lambda t: (t[0][-1][2] if t[0] else 0, t[1].session_id), reverse=True
     )
+    cache = ListCache(root.home)
     rows: list[SessionRow] = []
-    for _active, info in reversed(by_activity):
+    for keys, info in by_activity:
         if limit is not None and len(rows) >= limit:
             break
-        row = summarize(info)
+        name = f"{info.project}/{info.agent}/{info.session_id}"
+        hit = cache.get(name, keys) if keys is not None else None
+        if hit is not None:
+            row = _from_cached(info, hit)
+        else:
+            row = summarize(info, keys[-1][2] / 1e9 if keys else 0.0)
+            if keys is not None and row.error is None:
+                cache.put(name, _to_cached(row, keys))
         if top_level and row.is_child:
             continue
         rows.append(row)
+    if save:
+        cache.save(complete=limit is None and project is None and agent is None)
     return rows
 
 

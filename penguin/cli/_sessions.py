@@ -105,14 +105,16 @@ def _nest(rows: list[SessionRow], limit: int | None) -> list[tuple[int, SessionR
 def _render(console: Console, nested: list[tuple[int, SessionRow]]) -> None:
     width = console.width if console.is_terminal else _WIDTH
     now = time.time()
-    console.print(Text(f"{'id':<10}{'active':<14}{'turns':>5}  {'status':<12}title", style="bold"))
+    id_width = max(10, *(2 * d + (2 if d else 0) + 9 for d, _row in nested))
+    head_row = f"{'id':<{id_width}}{'active':<14}{'turns':>5}  {'status':<12}title"
+    console.print(Text(head_row, style="bold"))
     for depth, row in nested:
-        lead = "  " * depth + ("└ " if depth else "")
+        lead = "  " * (depth - 1) + "└ " if depth else ""
         ident = f"{lead}{short_id(row.session_id)}"
         title = row.first_prompt or ("(no prompt yet)" if row.error is None else row.error)
         if row.is_child and row.parent is None:
             title = f"(subagent) {title}"
-        head = f"{ident:<10}{relative_time(row.active, now):<14}{row.turns:>5}  "
+        head = f"{ident:<{id_width}}{relative_time(row.active, now):<14}{row.turns:>5}  "
         room = max(10, width - len(head) - 12 - 1)
         line = Text(head)
         line.append(f"{row.status:<12}", style=_STATUS_STYLE.get(row.status, ""))
@@ -138,14 +140,15 @@ def sessions(
 
     Columns: short id (any unique prefix or short id works wherever a session id is taken),
     last activity, turns, status (completed, interrupted by a crash, running, aborted, …) and
-    the first prompt.  What the reader skipped is printed on stderr.  Reads only; takes no lock.
+    the first prompt.  What the reader skipped is printed on stderr.  Takes no lock and changes
+    no trace; summaries of unchanged sessions are kept in <home>/.cache for the next listing.
     """
     with errors_to_exit_codes():
         if limit is not None and limit <= 0:
             raise CliError(f"--limit must be at least 1, not {limit}")
         g = globals_of(ctx)
         root = g.root()
-        rows = list_sessions(root, project=g.project, agent=g.agent)
+        rows = list_sessions(root, project=g.project, agent=g.agent, save=True)
         if cwd:
             here = str(Path.cwd().resolve())
             rows = [r for r in rows if r.workspace is not None and _same(r.workspace, here)]

@@ -1,0 +1,244 @@
+"""Issue 15 items 6-9, 11, 13, 15: sessions you can find.
+
+A linear listing (one walk of the root, each file read once), newest activity first, the
+latest session is the most recently active top-level one, a symlink out of the root hides one
+entry, a crashed session is ``interrupted``, ``resume --subagents``, and the onboarding path
+``demo`` → ``sessions`` → ``inspect <short id>``."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from clikit import (
+    DATE,
+    invoke,
+    meta,
+    run_script,
+    session_ids,
+    trace_file,
+    turn,
+    write_records,
+    write_script,
+)
+
+from eventstore import DataRoot, encode_line
+from eventstore import builders as b
+
+
+def sid_of(n: int) -> str:
+    return f"session-2026-07-18-{n // 3600 % 24:02d}-{n // 60 % 60:02d}-{n % 60:02d}-{n:08x}"
+
+
+def make_session(
+    home: Path, n: int, *, active: float, prompt: str = "task", **meta_fields: str
+) -> str:
+    sid = sid_of(n)
+    path = trace_file(home, sid=sid)
+    write_records(path, [meta(sid, **meta_fields), b.user_text(prompt), *turn(f"answer {n}")])
+    os.utime(path, (active, active))
+    return sid
+
+
+# --------------------------------------------------------------------------- item 6
+
+
+def test_listing_2000_sessions_is_linear(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The old listing searched the whole tree once per session (1,000 sessions 9.6 s, 5,000
+    six minutes).  Now: one walk, each file opened a bounded number of times.  The time bound
+    is generous (a quadratic walk at 2,000 sessions takes minutes); ``make bench`` measures."""
+    home = tmp_path / "home"
+    day = home / "default_project" / "agents" / "default_agent" / "traces" / DATE
+    day.mkdir(parents=True)
+    for n in range(2000):
+        sid = sid_of(n)
+        records = [meta(sid), b.user_text(f"task {n}"), *turn("ok")]
+        (day / f"{sid}_001.jsonl").write_bytes(b"".join(encode_line(r) for r in records))
+    walks = 0
+    real_walk = DataRoot._walk
+
+    def counting_walk(self: DataRoot, *args: Any, **kwargs: Any) -> Any:
+        nonlocal walks
+        walks += 1
+        return real_walk(self, *args, **kwargs)
+
+    monkeypatch.setattr(DataRoot, "_walk", counting_walk)
+    opened: dict[str, int] = {}
+    real_open = open
+
+    def counting_open(file: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(file).endswith(".jsonl"):
+            opened[str(file)] = opened.get(str(file), 0) + 1
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", counting_open)
+    start = time.monotonic()
+    result = invoke("--home", home, "sessions", "--json")
+    elapsed = time.monotonic() - start
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert len(rows) == 2000
+    assert walks == 1
+    assert len(opened) == 2000 and max(opened.values()) <= 3
+    assert elapsed < 60
+    # A second listing reads no trace beyond the walk's first-line peek (the cache).
+    opened.clear()
+    assert invoke("--home", home, "sessions", "-n", "5").exit_code == 0
+    assert max(opened.values()) <= 1
+
+
+def test_limit_and_newest_activity_first(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    now = time.time()
+    # Ids in one order, activity in another: activity wins.
+    old = make_session(home, 3, active=now - 3600, prompt="old")
+    new = make_session(home, 1, active=now - 60, prompt="new")
+    mid = make_session(home, 2, active=now - 600, prompt="mid")
+    rows = json.loads(invoke("--home", home, "sessions", "--json").stdout)
+    assert [r["session_id"] for r in rows] == [new, mid, old]
+    rows = json.loads(invoke("--home", home, "sessions", "-n", "2", "--json").stdout)
+    assert [r["session_id"] for r in rows] == [new, mid]
+    assert invoke("--home", home, "sessions", "-n", "0").exit_code == 2
+    text = invoke("--home", home, "sessions").stdout
+    assert "1 min ago" in text and "10 min ago" in text and "1 h ago" in text
+
+
+# --------------------------------------------------------------------------- item 7
+
+
+def test_latest_session_is_the_most_recently_active_top_level_one(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    now = time.time()
+    lexically_last = make_session(home, 9, active=now - 3600, prompt="old but greatest id")
+    active = make_session(home, 2, active=now - 120, prompt="the one")
+    make_session(home, 5, active=now - 5, prompt="a child", source="subagent")
+    result = invoke("--home", home, "resume", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["session_id"] == active != lexically_last
+
+
+# --------------------------------------------------------------------------- item 8
+
+
+def test_a_symlink_out_of_the_root_hides_one_entry(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    kept = make_session(home, 1, active=time.time())
+    outside = tmp_path / "outside"
+    (outside / "agents" / "a" / "traces" / DATE).mkdir(parents=True)
+    write_records(
+        outside / "agents" / "a" / "traces" / DATE / f"{sid_of(2)}_001.jsonl",
+        [meta(sid_of(2)), b.user_text("secret")],
+    )
+    (home / "evil").symlink_to(outside, target_is_directory=True)
+    result = invoke("--home", home, "sessions", "--json")
+    assert result.exit_code == 0, result.output
+    assert [r["session_id"] for r in json.loads(result.stdout)] == [kept]
+    assert result.stderr.count("outside the data root") == 1
+    # validate does not follow it either: a directory argument skips the link.
+    link = trace_file(home, sid=sid_of(3))
+    link.symlink_to(outside / "agents" / "a" / "traces" / DATE / f"{sid_of(2)}_001.jsonl")
+    result = invoke("validate", home / "default_project")
+    assert result.exit_code == 0, result.output
+    assert "skipped" in result.stderr and "1 file(s)" in result.stderr
+
+
+# --------------------------------------------------------------------------- item 9
+
+
+def test_a_crashed_session_is_interrupted_not_completed(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    sid = sid_of(1)
+    write_records(
+        trace_file(home, sid=sid),
+        [meta(sid), b.user_text("go"), *turn("first"), b.user_text("more"), b.request_begin()],
+    )
+    (row,) = json.loads(invoke("--home", home, "sessions", "--json").stdout)
+    assert row["status"] == "interrupted" and row["last_status"] == "completed"
+    assert "interrupted" in invoke("--home", home, "sessions").stdout
+
+
+# --------------------------------------------------------------------------- item 11
+
+
+def test_resume_takes_subagents(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    first = {"responses": [[{"text": "hello"}]]}
+    assert run_script(tmp_path, home, first).exit_code == 0
+    (sid,) = session_ids(home)
+    spawn = {"tool_call": {"name": "run_subagent", "arguments": {"prompt": "look"}, "id": "p9"}}
+    more = {
+        "responses": [[spawn], [{"text": "delegated"}]],
+        "subagent": [[{"text": "child says hi"}]],
+    }
+    script = write_script(tmp_path, more, "more.json")
+    result = invoke("--home", home, "resume", sid, "-m", "delegate", "--script", script)
+    assert result.exit_code == 0, result.output
+    result = invoke(
+        "--home", home, "resume", sid, "-m", "delegate", "--script", script, "--subagents"
+    )
+    assert result.exit_code == 0, result.output
+    assert "child says hi" in result.stdout
+    rows = json.loads(invoke("--home", home, "sessions", "--json").stdout)
+    (parent,) = [r for r in rows if r["session_id"] == sid]
+    assert len(parent["children"]) == 1
+    (child,) = [r for r in rows if r["session_id"] == parent["children"][0]]
+    assert child["parent"] == sid
+
+
+# --------------------------------------------------------------------------- item 13
+
+
+def test_demo_then_sessions_then_inspect(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    result = invoke("--home", home, "--init", "demo")
+    assert result.exit_code == 0, result.output
+    (sid,) = session_ids(home)
+    short = sid[-8:]
+    assert f"penguin show {short}" in result.stdout
+    listed = invoke("--home", home, "sessions")
+    assert short in listed.stdout and "Show me what you can do" in listed.stdout
+    inspected = invoke("--home", home, "inspect", short)
+    assert inspected.exit_code == 0 and f"Session {sid}" in inspected.stdout
+    assert invoke("--home", home, "inspect", sid[:-3]).exit_code == 0  # a unique prefix
+
+
+# --------------------------------------------------------------------------- item 15
+
+
+def test_listing_fits_80_columns_and_nests_children(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    now = time.time()
+    parent = sid_of(1)
+    child = sid_of(2)
+    write_records(
+        trace_file(home, sid=parent),
+        [meta(parent), b.user_text("x" * 300), *turn("a"), b.subagent(child)],
+    )
+    write_records(
+        trace_file(home, sid=child), [meta(child, source="subagent"), b.user_text("sub task")]
+    )
+    os.utime(trace_file(home, sid=child), (now, now))
+    make_session(home, 3, active=now - 30, prompt="elsewhere", workspace=str(tmp_path))
+    text = invoke("--home", home, "sessions").stdout
+    lines = text.splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    at_parent = next(i for i, line in enumerate(lines) if parent[-8:] in line)
+    assert child[-8:] in lines[at_parent + 1] and "└" in lines[at_parent + 1]
+    os.chdir(tmp_path)
+    only_here = json.loads(invoke("--home", home, "sessions", "--cwd", "--json").stdout)
+    assert [r["session_id"] for r in only_here] == [sid_of(3)]
+    assert json.loads(invoke("--home", home, "resume", "00000003", "--json").stdout)[
+        "session_id"
+    ] == sid_of(3)
+
+
+def test_an_ambiguous_prefix_is_an_input_error(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    make_session(home, 1, active=time.time())
+    make_session(home, 2, active=time.time())
+    result = invoke("--home", home, "inspect", "session-2026")
+    assert result.exit_code == 2 and "ambiguous" in result.stderr
