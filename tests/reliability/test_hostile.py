@@ -522,8 +522,9 @@ def test_symlinks_out_of_the_root_are_refused_r_root_9(where: str, tmp_path: Pat
         else:
             with pytest.raises(ValueError):
                 root.trace_files(session_id)
-            with pytest.raises(ValueError):
-                root.sessions()
+            # A listing leaves the entry out with a warning (one bad link hides one entry).
+            with pytest.warns(UserWarning, match="outside the data root"):
+                assert root.sessions() == []
             with pytest.raises(ValueError):
                 load_session(root, session_id)
         outcome = anyio.run(resume_and_run, home, session_id, workspace)
