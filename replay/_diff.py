@@ -78,6 +78,7 @@ class _Side:
     system_prompt: str | None = None
     tools: str | None = None
     runs: list[_Run] = field(default_factory=list)
+    compaction_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +211,8 @@ class _Reader:
             self.current_run(at).compactions.append(f"{p.reason} {p.mode}: {p.status}")
             self.compacting = None
         elif self.compacting is not None:
+            if isinstance(p, TokenUsagePayload):  # what the compaction cost, for the summary
+                self.side.compaction_tokens += p.request.total
             return  # the compaction's own requests: its outcome is what is compared
         elif isinstance(p, RequestBeginPayload):
             self.begin(at)
@@ -408,8 +411,8 @@ def diff_traces(a: TraceSource, b: TraceSource) -> TraceDiff:
         "calls_arguments_differ": 0,
         "calls_outputs_differ": 0,
         "status_changes": 0,
-        "tokens_a": sum(t.tokens for r in sa.runs for t in r.turns),
-        "tokens_b": sum(t.tokens for r in sb.runs for t in r.turns),
+        "tokens_a": sum(t.tokens for r in sa.runs for t in r.turns) + sa.compaction_tokens,
+        "tokens_b": sum(t.tokens for r in sb.runs for t in r.turns) + sb.compaction_tokens,
     }
     summary.update(d.summary)
     summary["differences"] = len(d.out)

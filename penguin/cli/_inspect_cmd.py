@@ -115,6 +115,8 @@ def inspect(
             )
         t = resolve_target(target, g)
         if at is not None:
+            if records or follow or children or file is not None:
+                raise CliError("--at shows one point: it does not combine with other views")
             point = show_at(out_console(), t.files, at, as_json=as_json)
             if point is not None:
                 write_json(point)

@@ -188,3 +188,10 @@ def test_repair_takes_a_file_too_damaged_to_look_like_a_trace(tmp_path: Path) ->
     result = invoke("repair", str(src), "--into", str(tmp_path / "copy"))
     assert result.exit_code == 0, result.output
     assert "dropped malformed line" in result.output and "the copy is valid" in result.output
+
+
+def test_inspect_at_does_not_combine_with_other_views() -> None:
+    (path,) = fixture("abort_stream")
+    for extra in (("--records",), ("--file", "1"), ("--children",)):
+        result = invoke("inspect", str(path), "--at", "1:13", *extra)
+        assert result.exit_code == 2, (extra, result.output)

@@ -147,3 +147,13 @@ def test_the_max_turns_notice_is_a_run_ending(tmp_path: Path) -> None:
     assert result.first is not None
     assert (result.first.where, result.first.what) == ("run 1", "run ending")
     assert result.summary["status_changes"] == 1
+
+
+def test_compaction_tokens_count_in_the_summary() -> None:
+    result = diff_traces(FIXTURES / "compaction_summarize", FIXTURES / "compaction_summarize")
+    every_request = sum(
+        r.payload.request.total  # type: ignore[union-attr]
+        for r in read_trace(sorted((FIXTURES / "compaction_summarize").rglob("*.jsonl"))).records
+        if r.payload.__struct_config__.tag == "token_usage"  # type: ignore[union-attr]
+    )
+    assert result.equal and result.summary["tokens_a"] == every_request
