@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable
 
 import pytest
+from sharedkit import check_shared, in_ci
 
 
 @pytest.fixture
@@ -25,3 +26,15 @@ def reported(caplog: pytest.LogCaptureFixture) -> Callable[[], str]:
         return text
 
     return take
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "needs_shared(path): the test reads ../shared; skipped without it, failed in CI"
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for mark in item.iter_markers("needs_shared"):
+        check_shared(mark.args[0], ci=in_ci())

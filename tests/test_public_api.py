@@ -44,7 +44,7 @@ def test_all_exports_exist(name: str) -> None:
         assert not attr.startswith("_")
 
 
-@pytest.mark.skipif(not API_MD.exists(), reason="shared/API.md is not beside the checkout")
+@pytest.mark.needs_shared(API_MD)
 def test_api_md_names_are_exported() -> None:
     missing: list[str] = []
     for module_name, names in _documented().items():

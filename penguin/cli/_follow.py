@@ -123,7 +123,6 @@ async def follow(
     """Emit every record of ``path`` and of the files it rotates to, until Ctrl-C or ``stop``."""
     stop = stop or anyio.Event()
     follower = Follower(path, emit)
-    follower.poll()
     async with anyio.create_task_group() as tg:
 
         async def on_interrupt(*, task_status: anyio.abc.TaskStatus[None]) -> None:
@@ -133,7 +132,9 @@ async def follow(
                     stop.set()
                     return
 
+        # Ctrl-C is handled before the first record is printed: whoever saw output can stop us.
         await tg.start(on_interrupt)
+        follower.poll()
         async for _changes in awatch(
             path.parent,
             stop_event=stop,

@@ -19,7 +19,9 @@ its spawning call's output stream, which is not tagged with the call id.  So the
 attributes each new child to the oldest ``run_subagent`` call of the enclosing session that
 has started (its output stream opened), has no output yet and has no child yet, and prints
 ``↳ subagent <id> for call <call id>``.  When several such calls were running at that moment
-the attribution is a guess (children may start in any order) and the header says so.
+the attribution is a guess (children may start in any order) and the header says so.  A call
+whose output arrives without a child proves a guess wrong: the child guessed for another call
+was its own, so that other call is free again for the next child.
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ class _Spawn:
 
     started: bool = False  # its output stream has opened: the tool is running
     child: str | None = None
+    guessed: bool = False  # the child was attributed while other calls were running too
 
 
 class StreamRenderer:
@@ -255,6 +258,7 @@ class StreamRenderer:
         header = f"↳ subagent {safe(child[-1], keep_newlines=False)}"
         if call_id is not None:
             spawns[call_id].child = child[-1]
+            spawns[call_id].guessed = len(running) > 1
             header += f" for call {safe(call_id, keep_newlines=False)}"
             if len(running) > 1:
                 header += " (guessed by start order)"
@@ -262,6 +266,18 @@ class StreamRenderer:
         self._c.print(
             Text("  " * len(child) + header, style="bold"), soft_wrap=True, highlight=False
         )
+
+    def _release(self, origin: Origin, call_id: str) -> None:
+        """``call_id`` has ended: it starts no child any more.  Ending without a child while
+        another call holds a guessed one means that child was this call's: free the other."""
+        spawns = self._spawns.get(origin, {})
+        spawn = spawns.pop(call_id, None)
+        if spawn is None or spawn.child is not None:
+            return
+        for other in spawns.values():
+            if other.guessed and other.child is not None:
+                other.child, other.guessed = None, False
+                return
 
     # ------------------------------------------------------------------ tool calls and output
 
@@ -325,7 +341,7 @@ class StreamRenderer:
     def _tool_output(self, origin: Origin, p: ToolCallOutputPayload) -> None:
         self._flush_tool(origin, p.tool_call_id)
         self._pending.get(origin, set()).discard(p.tool_call_id)
-        self._spawns.get(origin, {}).pop(p.tool_call_id, None)
+        self._release(origin, p.tool_call_id)
         stream = self._tools.pop((origin, p.tool_call_id), None)
         status = p.stop_reason or "completed"
         self._line(

@@ -355,7 +355,7 @@ def _reference_files() -> list[Path]:
     return sorted(REFERENCE_TRACES.glob("*/*/*.jsonl"))
 
 
-@pytest.mark.skipif(not _reference_files(), reason="../shared/reference-traces is absent")
+@pytest.mark.needs_shared(REFERENCE_TRACES)
 def test_reference_traces_decode_fully_and_reencode_byte_identical() -> None:
     files = _reference_files()
     assert len({f.parent.parent for f in files}) >= 4

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import shutil
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,15 @@ from enginekit import Env, check_trace, collect, make_env, make_session
 from rich.console import Console
 from typer.testing import CliRunner, Result
 
-from engine import LocalEnvironment, SessionSubagentRunner, allow_all
+from engine import (
+    AbortSignal,
+    ApproveFn,
+    LocalEnvironment,
+    SessionSubagentRunner,
+    SubagentOutcome,
+    SubagentRunner,
+    allow_all,
+)
 from engine.llm import ScriptedLLM
 from eventstore import (
     DataRoot,
@@ -76,7 +85,34 @@ class Family:
     stream: list[OmniMessage]
 
 
-def make_family(tmp_path: Path, parent_script: Any = PARENT, *child_scripts: Any) -> Family:
+class InOrderRunner:
+    """Starts the children of concurrent ``run_subagent`` calls in call order: each waits until
+    the previous child's first message (its ``session_meta``) has been taken by the parent."""
+
+    def __init__(self, inner: SessionSubagentRunner) -> None:
+        self._inner = inner
+        self._started: list[anyio.Event] = []
+
+    async def run(
+        self, prompt: str, *, signal: AbortSignal, approve: ApproveFn | None
+    ) -> AsyncIterator[OmniMessage | SubagentOutcome]:
+        turn = len(self._started)
+        started = anyio.Event()
+        self._started.append(started)
+        if turn:
+            await self._started[turn - 1].wait()
+        try:
+            async for item in self._inner.run(prompt, signal=signal, approve=approve):
+                yield item
+                # The parent asked for the next item: it has pushed this one.
+                started.set()
+        finally:
+            started.set()
+
+
+def make_family(
+    tmp_path: Path, parent_script: Any = PARENT, *child_scripts: Any, in_order: bool = False
+) -> Family:
     """A parent session whose run_subagent calls spawn real child sessions (engine + runner)."""
     env = make_env(tmp_path)
     scripts = list(child_scripts) or [CHILD]
@@ -94,8 +130,9 @@ def make_family(tmp_path: Path, parent_script: Any = PARENT, *child_scripts: Any
             compaction=None,
             system_prompt="You are a subagent.",
         )
+        spawner: SubagentRunner = InOrderRunner(runner) if in_order else runner
         parent, _ = await make_session(
-            env, parent_script, environment=LocalEnvironment(env.workspace, subagents=runner)
+            env, parent_script, environment=LocalEnvironment(env.workspace, subagents=spawner)
         )
         async with runner, parent:
             with anyio.fail_after(20):  # a deadlock guard, not a timing assertion
@@ -223,28 +260,55 @@ def test_renderer_nests_child_messages_under_the_spawning_call_r_sub_1(
     assert f"{lead}  [c2] [tool error] file not found: \\x1b[2J" in "\n".join(lines)
 
 
-def test_concurrent_spawns_are_each_attributed_once_and_marked_as_guesses(
+def test_concurrent_spawns_started_in_call_order_are_each_attributed_to_their_own_call(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two run_subagent calls of one turn: the stream does not say which child belongs to which
-    call, so each child goes to the oldest free running call; the header says it guessed when
-    more than one call was running at that moment (how many were is up to the scheduler)."""
+    """Two run_subagent calls of one turn whose children start in call order (the second child
+    is held until the first has started): each child goes to its own call, once."""
     parent = [[spawn("one", "p1"), spawn("two", "p2")], [{"text": "Both done."}]]
-    fam = make_family(tmp_path, parent, [[{"text": "first"}]], [[{"text": "second"}]])
+    fam = make_family(
+        tmp_path, parent, [[{"text": "first"}]], [[{"text": "second"}]], in_order=True
+    )
     assert len(fam.children) == 2
     lines, _ = render(fam.stream, monkeypatch)
     headers = [line for line in lines if "↳ subagent" in line]
-    assert len(headers) == 2
     attributed = {}
     for header in headers:
         _, _, rest = header.partition("↳ subagent ")
         sid, _, cid = rest.removesuffix(" (guessed by start order)").partition(" for call ")
         attributed[sid] = cid
-    assert set(attributed) == set(fam.children)
-    assert sorted(attributed.values()) == ["p1", "p2"]
+    first, second = fam.children  # in stream order, which the gate makes call order
+    assert attributed == {first: "p1", second: "p2"}
     for sid in fam.children:
         # Its tool list and its answer, each led by its own id.
         assert sum(line.startswith(f"  {short_id(sid)} │ ") for line in lines) == 2
+
+
+def test_a_call_that_ends_without_a_child_frees_the_call_a_guess_gave_its_child() -> None:
+    """Children started out of call order: the second call's child arrives first and is guessed
+    for p1; p2 then ends without a child, which proves the guess wrong, so p1 is free again
+    and the next child is attributed to it (before the fix it got no call at all)."""
+    kid2, kid1 = "session-kid2-22222222", "session-kid1-11111111"
+    msgs = [
+        b.tool_call("run_subagent", '{"prompt":"x"}', "p1"),
+        b.tool_call("run_subagent", '{"prompt":"y"}', "p2"),
+        b.approval_decision("allow", "p1"),
+        b.approval_decision("allow", "p2"),
+        b.partial_tool_call_output("start", "p1"),
+        b.partial_tool_call_output("start", "p2"),
+        tagged(child_meta(kid2), kid2),
+        b.tool_call_output("p2", "second done"),
+        tagged(child_meta(kid1), kid1),
+        b.tool_call_output("p1", "first done"),
+    ]
+    console = record_console()
+    renderer = StreamRenderer(console)
+    for m in msgs:
+        renderer.feed(m)
+    renderer.close()
+    lines = console.export_text().splitlines()
+    assert f"  ↳ subagent {kid2} for call p1 (guessed by start order)" in lines
+    assert f"  ↳ subagent {kid1} for call p1" in lines
 
 
 def test_renderer_attribution_rules_and_per_origin_text() -> None:

@@ -294,13 +294,8 @@ def test_resume_of_a_session_locked_by_another_process_exits_2(
     )
 
 
-def test_inspect_follow_tails_appends_and_rotation(tmp_path: Path) -> None:
-    """--follow prints records as they are appended, moves to _002 when the session rotates,
-    and ends with exit 0 on Ctrl-C (SIGINT)."""
-    traces = tmp_path / "home" / "default_project" / "agents" / "default_agent" / "traces"
-    day = traces / "2026-07-18"
-    day.mkdir(parents=True)
-    meta = b.session_meta(
+def _follow_meta() -> Any:
+    return b.session_meta(
         session_id=SID,
         provider="p",
         model_id="m",
@@ -309,8 +304,51 @@ def test_inspect_follow_tails_appends_and_rotation(tmp_path: Path) -> None:
         agent_state="/a",
         workspace="/w",
     )
-    f1 = day / f"{SID}_001.jsonl"
+
+
+def test_follower_tails_appends_and_moves_to_the_rotated_file(tmp_path: Path) -> None:
+    """What --follow does on each wake-up, driven step by step (no watcher, no clock): complete
+    lines only, then the next ``_NNN`` file once it exists, even while it is still empty."""
+    from penguin.cli._follow import Follower
+
+    meta = _follow_meta()
+    f1, f2 = tmp_path / f"{SID}_001.jsonl", tmp_path / f"{SID}_002.jsonl"
     f1.write_bytes(encode_line(meta) + encode_line(b.user_text("first")))
+    seen: list[tuple[int, int, str]] = []
+
+    def emit(index: int, ordinal: int, _line: int, record: Any) -> None:
+        seen.append((index, ordinal, getattr(record.payload, "text", "meta")))
+
+    follower = Follower(f1, emit)
+    follower.poll()
+    assert seen == [(1, 0, "meta"), (1, 1, "first")]
+    line = encode_line(b.assistant_text("second"))
+    with open(f1, "ab") as f:
+        f.write(line[:7])  # a line still being written is not printed
+    follower.poll()
+    assert len(seen) == 2
+    with open(f1, "ab") as f:
+        f.write(line[7:])
+    follower.poll()
+    assert seen[-1] == (1, 2, "second")
+    f2.touch()  # the rotation has created the file but not written its head yet
+    follower.poll()
+    assert follower.path == f2 and len(seen) == 3
+    f2.write_bytes(encode_line(meta) + encode_line(b.user_text("third")))
+    follower.poll()
+    assert seen[3:] == [(2, 0, "meta"), (2, 1, "third")]
+
+
+def test_inspect_follow_prints_appends_and_ends_on_ctrl_c(tmp_path: Path) -> None:
+    """--follow prints the records, then what is appended, and ends with exit 0 on Ctrl-C.
+
+    Ordering comes from the output alone: the process handles Ctrl-C before it prints its first
+    record, so SIGINT is sent only after output was seen.  The deadline is a deadlock guard."""
+    traces = tmp_path / "home" / "default_project" / "agents" / "default_agent" / "traces"
+    day = traces / "2026-07-18"
+    day.mkdir(parents=True)
+    f1 = day / f"{SID}_001.jsonl"
+    f1.write_bytes(encode_line(_follow_meta()) + encode_line(b.user_text("first")))
     env = {k: v for k, v in os.environ.items() if k != "PENGUIN_HOME"}
     proc = subprocess.Popen(
         [str(PENGUIN), "--home", str(tmp_path / "home"), "inspect", SID, "--follow", "--json"],
@@ -323,12 +361,12 @@ def test_inspect_follow_tails_appends_and_rotation(tmp_path: Path) -> None:
     def lines(n: int) -> list[bytes]:
         nonlocal out
         assert proc.stdout is not None
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 120  # a deadlock guard, not a timing assertion
         while out.count(b"\n") < n:
             ready, _, _ = select.select(
                 [proc.stdout], [], [], max(0.0, deadline - time.monotonic())
             )
-            assert ready, f"timed out waiting for line {n}: {out!r}"
+            assert ready, f"no line {n} within the deadlock guard: {out!r}"
             chunk = os.read(proc.stdout.fileno(), 65536)
             assert chunk, f"follow ended early: {out!r}"
             out += chunk
@@ -339,12 +377,8 @@ def test_inspect_follow_tails_appends_and_rotation(tmp_path: Path) -> None:
         with open(f1, "ab") as f:
             f.write(encode_line(b.assistant_text("second")))
         assert decode(lines(3)[2]).payload.text == "second"  # type: ignore[union-attr]
-        (day / f"{SID}_002.jsonl").write_bytes(
-            encode_line(meta) + encode_line(b.user_text("third"))
-        )
-        assert decode(lines(5)[4]).payload.text == "third"  # type: ignore[union-attr]
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(10) == 0
+        assert proc.wait(120) == 0
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -43,7 +43,7 @@ def _record(section: str, values: dict[str, Any]) -> None:
     os.replace(tmp, FIGURES)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def figures() -> Callable[[str, dict[str, Any]], None]:
     """``figures(section, values)`` merges one suite's figures into build/reliability.json."""
     return _record

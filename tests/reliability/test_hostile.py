@@ -20,6 +20,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,11 +63,52 @@ LIMIT = 256 * 2**20  # R-TRACE-17: longer lines are malformed
 SLACK = 64 * 2**20
 FUZZ_EXAMPLES = 1500 if EXTENDED else 120
 
-tried: dict[str, int] = {}
+# The kinds of input the "inputs_tried" figure adds up.
+INPUT_KINDS = frozenset(
+    {
+        "corpus files",
+        "cli invocations",
+        "cli processes",
+        "truncation offsets",
+        "huge lines",
+        "bad ids",
+        "dotted file names",
+        "symlinks out of the root",
+        "fuzz random bytes",
+        "fuzz mutated traces",
+    }
+)
 
 
-def count(kind: str, n: int = 1) -> None:
-    tried[kind] = tried.get(kind, 0) + n
+@dataclass
+class Tally:
+    """What the suite tried and what went wrong, counted where it is observed: a crash (an
+    exception or traceback no API defines) or a write outside the data root increments its
+    counter before the test fails."""
+
+    tried: dict[str, int] = field(default_factory=dict)
+    crashes: int = 0
+    writes_outside_root: int = 0
+
+    def count(self, kind: str, n: int = 1) -> None:
+        self.tried[kind] = self.tried.get(kind, 0) + n
+
+
+@pytest.fixture(scope="session")
+def tally(figures: Any) -> Iterator[Tally]:
+    """One tally for the session; its figures are written when the session ends."""
+    counted = Tally()
+    yield counted
+    total = sum(v for k, v in counted.tried.items() if k in INPUT_KINDS)
+    figures(
+        "hostile",
+        {
+            **counted.tried,
+            "inputs_tried": total,
+            "crashes": counted.crashes,
+            "writes_outside_root": counted.writes_outside_root,
+        },
+    )
 
 
 # ----------------------------------------------------------------------------- harness
@@ -117,10 +159,12 @@ def tree(top: Path, *, skip: Path | None = None) -> dict[str, tuple[Any, ...]]:
 
 
 @contextmanager
-def nothing_written_outside(top: Path, home: Path) -> Iterator[None]:
+def nothing_written_outside(top: Path, home: Path, tally: Tally) -> Iterator[None]:
     before = tree(top, skip=home)
     yield
     after = tree(top, skip=home)
+    if after != before:
+        tally.writes_outside_root += 1
     assert after == before, "something was written outside the data root"
 
 
@@ -160,8 +204,19 @@ async def resume_and_run(home: Path, session_id: str, workspace: Path) -> str:
     return "resumed"
 
 
-def exercise(home: Path, session_id: str, files: list[bytes], workspace: Path) -> str:
-    """Every API on one hostile session; returns how resume ended."""
+def exercise(home: Path, session_id: str, files: list[bytes], workspace: Path, tally: Tally) -> str:
+    """Every API on one hostile session; returns how resume ended.  An exception no API
+    defines is a crash: counted, then re-raised."""
+    try:
+        return _exercise(home, session_id, files, workspace)
+    except AssertionError:
+        raise
+    except Exception:
+        tally.crashes += 1
+        raise
+
+
+def _exercise(home: Path, session_id: str, files: list[bytes], workspace: Path) -> str:
     paths = install(home, session_id, files)
     check_read(paths)
     findings = validate_paths(paths)
@@ -174,14 +229,14 @@ def exercise(home: Path, session_id: str, files: list[bytes], workspace: Path) -
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+def env(tmp_path: Path, tally: Tally) -> Iterator[tuple[Path, Path]]:
     """(home, workspace) inside ``tmp_path``; the rest of ``tmp_path`` must stay untouched."""
     home = tmp_path / "home"
     workspace = tmp_path / "ws"
     workspace.mkdir()
     (tmp_path / "outside").mkdir()
     (tmp_path / "outside" / "precious.txt").write_text("do not touch\n")
-    with nothing_written_outside(tmp_path, home):
+    with nothing_written_outside(tmp_path, home, tally):
         yield home, workspace
 
 
@@ -209,12 +264,14 @@ def test_the_corpus_is_documented() -> None:
 
 
 @pytest.mark.parametrize(("name", "paths"), CASES, ids=[name for name, _ in CASES])
-def test_corpus_through_every_api(name: str, paths: list[Path], env: tuple[Path, Path]) -> None:
+def test_corpus_through_every_api(
+    name: str, paths: list[Path], env: tuple[Path, Path], tally: Tally
+) -> None:
     """R-READ-1…5, R-RESUME-17: diagnostics, findings or a defined exception; resume works."""
     home, workspace = env
-    outcome = exercise(home, name, [p.read_bytes() for p in paths], workspace)
-    count("corpus files")
-    count(f"corpus outcome {outcome}")
+    outcome = exercise(home, name, [p.read_bytes() for p in paths], workspace, tally)
+    tally.count("corpus files")
+    tally.count(f"corpus outcome {outcome}")
     if name in {"base", "truncated", "escapes_content", "duplicate_keys", "unknown_types"}:
         assert outcome == "resumed", outcome  # these hold a usable session_meta
 
@@ -225,13 +282,14 @@ def test_corpus_through_every_api(name: str, paths: list[Path], env: tuple[Path,
 VALIDATE_PASSES = {"base", "truncated", "escapes_everywhere"}
 
 
-def _cli(args: list[str], home: Path) -> tuple[int, str]:
+def _cli(args: list[str], home: Path, tally: Tally) -> tuple[int, str]:
     from typer.testing import CliRunner
 
     from penguin.cli._cli import app
 
     result = CliRunner().invoke(app, ["--home", str(home), *args])
     if result.exception is not None and not isinstance(result.exception, SystemExit):
+        tally.crashes += 1
         raise AssertionError(f"penguin {' '.join(args)} crashed") from result.exception
     return result.exit_code, result.output
 
@@ -243,7 +301,9 @@ def assert_terminal_safe(text: str, what: str) -> None:
 
 
 @pytest.mark.parametrize(("name", "paths"), CASES, ids=[name for name, _ in CASES])
-def test_cli_on_the_corpus_r_cli_4_5(name: str, paths: list[Path], env: tuple[Path, Path]) -> None:
+def test_cli_on_the_corpus_r_cli_4_5(
+    name: str, paths: list[Path], env: tuple[Path, Path], tally: Tally
+) -> None:
     """``penguin validate`` / ``inspect`` (in process): a defined exit code, no traceback, and
     nothing on the terminal that a terminal would act on."""
     home, _ = env
@@ -256,20 +316,20 @@ def test_cli_on_the_corpus_r_cli_4_5(name: str, paths: list[Path], env: tuple[Pa
         ["inspect", "--json", str(installed[0])],
         ["inspect", name],
     ):
-        code, output = _cli(args, home)
+        code, output = _cli(args, home, tally)
         assert code in (0, 1, 2), (args, code, output)
         assert_terminal_safe(output, f"penguin {args[0]} {name}")
-        count("cli invocations")
+        tally.count("cli invocations")
     # The CLI's verdict is the library's (exit 1 exactly when there is an error finding),
     # unless it refuses the input as not a trace at all (exit 2: not UTF-8, NUL bytes, ...).
-    code, _ = _cli(["validate", *map(str, installed)], home)
+    code, _ = _cli(["validate", *map(str, installed)], home, tally)
     errors = [f for f in validate_paths(installed) if f.severity == "error"]
     assert code in (2, 1 if errors else 0), (name, code, errors[:3])
     if name not in VALIDATE_PASSES:
         assert code in (1, 2), f"validate passed the hostile {name}"
 
 
-def test_cli_subprocess_on_the_corpus(env: tuple[Path, Path]) -> None:
+def test_cli_subprocess_on_the_corpus(env: tuple[Path, Path], tally: Tally) -> None:
     """The real ``penguin`` process: ``validate`` exits 1 or 2 on hostile files, ``inspect`` 0, 1
     or 2; never a traceback, never a raw control character."""
     home, _ = env
@@ -289,16 +349,18 @@ def test_cli_subprocess_on_the_corpus(env: tuple[Path, Path]) -> None:
         )
         # validate must fail hostile files; inspect may show a readable one (exit 0).
         allowed = (1, 2) if args[0] == "validate" else (0, 1, 2)
+        if b"Traceback" in proc.stderr or proc.returncode not in allowed:
+            tally.crashes += 1
         assert proc.returncode in allowed, (args[:2], proc.returncode, proc.stderr[-2000:])
         for stream in (proc.stdout, proc.stderr):
             assert_terminal_safe(stream.decode("utf-8", "replace"), f"penguin {args[0]}")
-        count("cli processes")
+        tally.count("cli processes")
 
 
 # ----------------------------------------------------------------------------- made at test time
 
 
-def test_truncation_at_every_offset_of_a_real_trace(env: tuple[Path, Path]) -> None:
+def test_truncation_at_every_offset_of_a_real_trace(env: tuple[Path, Path], tally: Tally) -> None:
     """R-READ-2, R-TRACE-14, R-RESUME-14a: a real trace cut at every byte offset reads, validates
     and (at every line boundary and its neighbours, or everywhere in the extended tier)
     resumes."""
@@ -317,11 +379,11 @@ def test_truncation_at_every_offset_of_a_real_trace(env: tuple[Path, Path]) -> N
             outcome = anyio.run(resume_and_run, home, "cut", workspace)
             assert outcome == "resumed" or offset < base.index(b"\n") + 1, (offset, outcome)
             resumed += 1
-    count("truncation offsets", len(base) + 1)
-    count("truncation resumes", resumed)
+    tally.count("truncation offsets", len(base) + 1)
+    tally.count("truncation resumes", resumed)
 
 
-def test_a_huge_line_keeps_memory_bounded_r_trace_17(env: tuple[Path, Path]) -> None:
+def test_a_huge_line_keeps_memory_bounded_r_trace_17(env: tuple[Path, Path], tally: Tally) -> None:
     """R-TRACE-17: a 20 MB line (300 MB, over the 256 MiB limit, in the extended tier) is read,
     validated and loaded in a child whose peak RSS growth stays bounded."""
     home, _ = env
@@ -374,7 +436,7 @@ def test_a_huge_line_keeps_memory_bounded_r_trace_17(env: tuple[Path, Path]) -> 
         report[stage] = json.loads(proc.stdout)
     growth = {stage: r["growth"] for stage, r in report.items()}
     for stage, grew in growth.items():
-        tried[f"huge line peak rss growth MiB ({stage})"] = grew // 2**20
+        tally.tried[f"huge line peak rss growth MiB ({stage})"] = grew // 2**20
     for stage, grew in growth.items():
         assert grew < bounds[stage], (stage, grew // 2**20, bounds[stage] // 2**20)
     if not over_limit:
@@ -382,8 +444,8 @@ def test_a_huge_line_keeps_memory_bounded_r_trace_17(env: tuple[Path, Path]) -> 
         assert growth["reader"] > BIG_LINE_BYTES // 2, growth
     kinds = report["reader"]["detail"][1]
     assert ("malformed" in kinds) == over_limit
-    count("huge lines")
-    tried["huge line bytes"] = BIG_LINE_BYTES
+    tally.count("huge lines")
+    tally.tried["huge line bytes"] = BIG_LINE_BYTES
 
 
 BAD_IDS = [
@@ -406,7 +468,9 @@ BAD_IDS = [
 
 
 @pytest.mark.parametrize("bad", BAD_IDS, ids=[repr(x) for x in BAD_IDS])
-def test_ids_with_separators_are_refused_r_root_6(bad: str, env: tuple[Path, Path]) -> None:
+def test_ids_with_separators_are_refused_r_root_6(
+    bad: str, env: tuple[Path, Path], tally: Tally
+) -> None:
     """R-ROOT-6: an id that would become a path component is refused before any I/O."""
     home, workspace = env
     root = DataRoot(home)
@@ -424,7 +488,7 @@ def test_ids_with_separators_are_refused_r_root_6(bad: str, env: tuple[Path, Pat
         load_session(root, bad)
     with pytest.raises(ValueError):
         anyio.run(resume_and_run_strict, home, bad, workspace)
-    count("bad ids")
+    tally.count("bad ids")
 
 
 async def resume_and_run_strict(home: Path, session_id: str, workspace: Path) -> None:
@@ -438,7 +502,7 @@ async def resume_and_run_strict(home: Path, session_id: str, workspace: Path) ->
     )
 
 
-def test_file_names_with_dots_in_the_data_root(env: tuple[Path, Path]) -> None:
+def test_file_names_with_dots_in_the_data_root(env: tuple[Path, Path], tally: Tally) -> None:
     """Trace file names whose id part is ``..`` or other non-ids: listed or refused, never
     followed out of the root."""
     home, workspace = env
@@ -455,7 +519,7 @@ def test_file_names_with_dots_in_the_data_root(env: tuple[Path, Path]) -> None:
         "a b_001.jsonl",
     ):
         (directory / name).write_bytes(base)
-        count("dotted file names")
+        tally.count("dotted file names")
     root = DataRoot(home)
     try:
         listed = [s.session_id for s in root.sessions()]
@@ -490,7 +554,9 @@ SYMLINKS = ["project", "agents", "date_dir", "trace_file", "scratchpad"]
 
 
 @pytest.mark.parametrize("where", SYMLINKS)
-def test_symlinks_out_of_the_root_are_refused_r_root_9(where: str, tmp_path: Path) -> None:
+def test_symlinks_out_of_the_root_are_refused_r_root_9(
+    where: str, tmp_path: Path, tally: Tally
+) -> None:
     """R-ROOT-9: a symlink under the root that resolves outside it is refused by the layout,
     the reader-side APIs and resume — and nothing outside is written."""
     home = tmp_path / "home"
@@ -515,7 +581,7 @@ def test_symlinks_out_of_the_root_are_refused_r_root_9(where: str, tmp_path: Pat
     moved = outside / target.name
     shutil.move(str(target), moved)
     target.symlink_to(moved, target_is_directory=moved.is_dir())
-    with nothing_written_outside(tmp_path, home):
+    with nothing_written_outside(tmp_path, home, tally):
         if where == "scratchpad":
             with pytest.raises(ValueError):
                 root.scratchpad(session_id)
@@ -529,7 +595,7 @@ def test_symlinks_out_of_the_root_are_refused_r_root_9(where: str, tmp_path: Pat
                 load_session(root, session_id)
         outcome = anyio.run(resume_and_run, home, session_id, workspace)
         assert outcome == ("resumed" if where == "scratchpad" else "refused:ValueError")
-    count("symlinks out of the root")
+    tally.count("symlinks out of the root")
 
 
 async def _resume_with_lock_symlink(home: Path, session_id: str, workspace: Path) -> None:
@@ -546,7 +612,9 @@ async def _resume_with_lock_symlink(home: Path, session_id: str, workspace: Path
         pass
 
 
-def test_a_lock_file_symlink_out_of_the_root_is_refused_r_root_9(tmp_path: Path) -> None:
+def test_a_lock_file_symlink_out_of_the_root_is_refused_r_root_9(
+    tmp_path: Path, tally: Tally
+) -> None:
     home = tmp_path / "home"
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -560,6 +628,8 @@ def test_a_lock_file_symlink_out_of_the_root_is_refused_r_root_9(tmp_path: Path)
         anyio.run(_resume_with_lock_symlink, home, session_id, workspace)
     except DEFINED:
         pass  # refusing is what R-ROOT-9 asks for
+    if victim.read_text() != "precious\n":
+        tally.writes_outside_root += 1
     assert victim.read_text() == "precious\n"
 
 
@@ -567,11 +637,11 @@ def test_a_lock_file_symlink_out_of_the_root_is_refused_r_root_9(tmp_path: Path)
 
 
 @contextmanager
-def fuzz_env(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+def fuzz_env(tmp_path: Path, tally: Tally) -> Iterator[tuple[Path, Path]]:
     home = tmp_path / "home"
     workspace = tmp_path / "ws"
     workspace.mkdir(exist_ok=True)
-    with nothing_written_outside(tmp_path, home):
+    with nothing_written_outside(tmp_path, home, tally):
         yield home, workspace
 
 
@@ -586,11 +656,11 @@ FUZZ = settings(
 
 @FUZZ
 @given(data=st.binary(max_size=4000))
-def test_fuzz_random_bytes(tmp_path: Path, data: bytes) -> None:
+def test_fuzz_random_bytes(tmp_path: Path, data: bytes, tally: Tally) -> None:
     """Random bytes as a session's only file: a defined outcome everywhere."""
-    with fuzz_env(tmp_path) as (home, workspace):
-        exercise(home, "fuzz", [data], workspace)
-    count("fuzz random bytes")
+    with fuzz_env(tmp_path, tally) as (home, workspace):
+        exercise(home, "fuzz", [data], workspace, tally)
+    tally.count("fuzz random bytes")
 
 
 BASE_LINES = (CORPUS / "base_001.jsonl").read_bytes().split(b"\n")[:-1]
@@ -655,32 +725,10 @@ def mutated_trace(draw: st.DrawFn) -> bytes:
 
 @FUZZ
 @given(data=mutated_trace())
-def test_fuzz_mutated_real_trace(tmp_path: Path, data: bytes) -> None:
+def test_fuzz_mutated_real_trace(tmp_path: Path, data: bytes, tally: Tally) -> None:
     """Mutations of a real trace (lines deleted, duplicated, swapped, spliced, bytes flipped,
     values replaced by NaN/huge/deep/escape/``..`` values): a defined outcome everywhere, and a
     resumed session's next request pairs every tool call."""
-    with fuzz_env(tmp_path) as (home, workspace):
-        exercise(home, "fuzz", [data], workspace)
-    count("fuzz mutated traces")
-
-
-def test_zz_record_figures(figures: Any) -> None:
-    """Runs last in this module (alphabetical order is kept by pytest within a file)."""
-    total = sum(
-        v
-        for k, v in tried.items()
-        if k
-        in {
-            "corpus files",
-            "cli invocations",
-            "cli processes",
-            "truncation offsets",
-            "huge lines",
-            "bad ids",
-            "dotted file names",
-            "symlinks out of the root",
-            "fuzz random bytes",
-            "fuzz mutated traces",
-        }
-    )
-    figures("hostile", {**tried, "inputs_tried": total, "crashes": 0, "writes_outside_root": 0})
+    with fuzz_env(tmp_path, tally) as (home, workspace):
+        exercise(home, "fuzz", [data], workspace, tally)
+    tally.count("fuzz mutated traces")

@@ -352,7 +352,7 @@ def test_discard_compaction_then_rotation_is_clean(tmp_path: Path) -> None:
     assert validate_session(files, strict=True) == []
 
 
-@pytest.mark.skipif(not REFERENCE.is_dir(), reason="shared reference traces not present")
+@pytest.mark.needs_shared(REFERENCE)
 @pytest.mark.parametrize(
     "path",
     sorted(REFERENCE.glob("*/*/*.jsonl")) if REFERENCE.is_dir() else [],
@@ -365,7 +365,7 @@ def test_reference_traces_have_no_errors(path: Path) -> None:
     assert {f.rule for f in findings} <= {"V-11"}
 
 
-@pytest.mark.skipif(not REFERENCE.is_dir(), reason="shared reference traces not present")
+@pytest.mark.needs_shared(REFERENCE)
 def test_reference_sessions_have_no_errors() -> None:
     findings = validate_paths(sorted(REFERENCE.glob("*/")))
     traces = [f for f in findings if not f.path.name.endswith(".stream.jsonl")]
