@@ -16,9 +16,9 @@ from rich.console import Console
 from rich.text import Text
 
 from engine import GoalOptions
-from eventstore import GoalFinishedPayload, OmniMessage, TextPayload, TokenUsagePayload
+from eventstore import GoalFinishedPayload, OmniMessage
+from penguin._goal import GoalRounds, goal_dict
 from projections import GoalState
-from projections import markers as mk
 
 from ._clikit import CliError
 from ._safe import preview, safe
@@ -116,58 +116,33 @@ def check_goal_continue(
 
 
 class GoalView:
-    """Prints one line per round and the outcome; counts tokens as the engine does (R-GOAL-5:
-    ``total - cache_read`` of every ``token_usage`` on the stream, subagents' included)."""
+    """Prints one line per round and the outcome, in stream order (``GoalRounds`` counts)."""
 
     def __init__(self, console: Console, *, start_tokens: int = 0) -> None:
         self._console = console
-        self.tokens = start_tokens
-        self.finished: GoalFinishedPayload | None = None
+        self._rounds = GoalRounds(start=start_tokens)
 
     def take(self, msg: OmniMessage) -> bool:
         """Look at a streamed message; ``True`` when it is a round input (printed here as one
         line instead of the whole protocol block)."""
+        found = self._rounds.round_of(msg)
+        if found is not None:
+            wrap = " (wrap-up)" if found[1] else ""
+            line = f"[goal] round {found[0]}{wrap} (tokens used {self._rounds.tokens})"
+            self._console.print(Text(line, style="bold"), soft_wrap=True)
+            return True
         p = msg.payload
-        if isinstance(p, TokenUsagePayload):
-            self.tokens += max(0, p.request.total - p.request.cache_read)
-            return False
-        if msg.origin is not None:
-            return False
-        if isinstance(p, GoalFinishedPayload):
-            self.finished = p
-            self._print(
-                f"[goal] {p.outcome} after {p.rounds} round{'s' if p.rounds != 1 else ''}, "
-                f"{p.tokens_used} tokens",
-                "bold green" if p.outcome == "complete" else "bold yellow",
-            )
-            return False
-        if isinstance(p, TextPayload) and p.role == "user" and p.text.startswith("[goal]"):
-            found = mk.goal_round_of(p.text)
-            if found is not None:
-                wrap = " (wrap-up)" if mk.GOAL_WRAPUP_LINE in p.text.split("\n[/goal]")[0] else ""
-                self._print(f"[goal] round {found[0]}{wrap} (tokens used {self.tokens})", "bold")
-                return True
+        if msg.origin is None and isinstance(p, GoalFinishedPayload):
+            plural = "s" if p.rounds != 1 else ""
+            line = f"[goal] {p.outcome} after {p.rounds} round{plural}, {p.tokens_used} tokens"
+            style = "bold green" if p.outcome == "complete" else "bold yellow"
+            self._console.print(Text(line, style=style), soft_wrap=True)
         return False
 
     @property
     def complete(self) -> bool:
-        return self.finished is not None and self.finished.outcome == "complete"
-
-    def _print(self, line: str, style: str) -> None:
-        self._console.print(Text(line, style=style), soft_wrap=True)
-
-
-def goal_dict(goal: GoalState) -> dict[str, Any] | None:
-    """``GoalState`` as JSON-ready values (``None`` when the session never ran a goal)."""
-    if goal.objective is None:
-        return None
-    return {
-        "objective": goal.objective,
-        "rounds": goal.rounds,
-        "tokens_used": goal.tokens_used,
-        "outcome": goal.outcome,
-        "continuable": goal.continuable,
-    }
+        done = self._rounds.finished
+        return done is not None and done.outcome == "complete"
 
 
 def goal_line(goal: dict[str, Any]) -> str:

@@ -28,6 +28,7 @@ from engine import (
     Approval,
     CompactionSettings,
     Environment,
+    GoalOptions,
     LocalEnvironment,
     Session,
     allow_all,
@@ -44,6 +45,7 @@ from eventstore import (
     iter_trace,
     validate_id,
 )
+from penguin._goal import GoalRounds
 from replay import fork_session, resume_session
 
 from ._channel import Channel
@@ -309,7 +311,12 @@ class SessionHost:
         h.busy = kind
 
     async def start_task(
-        self, h: Hosted, messages: Sequence[OmniMessage], *, thinking_level: str | None
+        self,
+        h: Hosted,
+        messages: Sequence[OmniMessage],
+        *,
+        thinking_level: str | None,
+        goal: GoalOptions | None = None,
     ) -> str:
         self._claim(h, "task")
         try:
@@ -325,7 +332,7 @@ class SessionHost:
         task_id = f"{h.id}.{h.task_seq}"
         h.signal = AbortSignal()
         self._announce(h)
-        self._group().start_soon(self._run_task, h, session, list(messages), thinking_level)
+        self._group().start_soon(self._run_task, h, session, list(messages), thinking_level, goal)
         return task_id
 
     async def _run_task(
@@ -334,17 +341,23 @@ class SessionHost:
         session: Session,
         messages: list[OmniMessage],
         thinking_level: str | None,
+        goal: GoalOptions | None = None,
     ) -> None:
+        rounds = GoalRounds() if goal is not None else None
         try:
             stream = session.run(
                 messages,
                 approve=self._approver(h),
                 signal=h.signal,
                 thinking_level=thinking_level,
+                goal=goal,
             )
             async with aclosing(stream) as it:
                 async for msg in it:
                     h.publish(msg)
+                    if rounds is not None:
+                        for kind, data in rounds.events(msg):
+                            h.server_event(kind, **data)
         except Exception as exc:
             log.exception("task of session %s failed", h.id)
             h.flush()

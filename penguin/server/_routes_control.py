@@ -10,10 +10,20 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
+from engine import GoalOptions
 from eventstore import OmniMessage
 from eventstore import builders as b
 
-from ._bodies import MAX_IMAGE_BYTES, ApprovalBody, ForkBody, Part, SteerBody, TaskBody, read_body
+from ._bodies import (
+    MAX_IMAGE_BYTES,
+    ApprovalBody,
+    ForkBody,
+    Part,
+    SteerBody,
+    TaskBody,
+    TextPart,
+    read_body,
+)
 from ._context import ctx_of, json_response
 from ._exceptions import ApiError
 
@@ -43,10 +53,16 @@ async def task(request: Request) -> Response:
     ctx = ctx_of(request)
     h = await ctx.host.get(request.path_params["id"])
     body = await read_body(request, TaskBody, limit=ctx.body_limit)
-    if body.goal is not None:
-        raise ApiError(501, "not_implemented", "goal mode is not available in this server yet")
     msgs = to_messages(body.input)
-    task_id = await ctx.host.start_task(h, msgs, thinking_level=body.thinking_level)
+    goal = None
+    if body.goal is not None:
+        # R-GOAL-1: refused before anything is written (the run would raise it in its task).
+        if body.goal.budget is not None and body.goal.budget <= 0:
+            raise ApiError(400, "invalid_body", "goal.budget must be > 0 (at `$.goal.budget`)")
+        if not any(isinstance(p, TextPart) and p.text.strip() for p in body.input):
+            raise ApiError(400, "invalid_body", "a goal needs an objective: no text in `$.input`")
+        goal = GoalOptions(budget=body.goal.budget)
+    task_id = await ctx.host.start_task(h, msgs, thinking_level=body.thinking_level, goal=goal)
     return json_response({"task_id": task_id}, 202)
 
 

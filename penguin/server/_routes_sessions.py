@@ -15,6 +15,7 @@ from starlette.responses import Response
 
 from engine import CompactionSettings, Session
 from eventstore import encode
+from penguin._goal import goal_dict
 
 from ._bodies import CreateSessionBody, read_body
 from ._channel import Event, ReplayPlan, parse_id, unnumbered
@@ -117,7 +118,7 @@ async def get_session(request: Request) -> Response:
         except FileNotFoundError:
             row["trace_path"] = None
     row["pending_approvals"] = [p.tool_call_id for p in h.pending.values()]
-    row["goal"] = None
+    row["goal"] = goal_dict(session.state.goal) if session is not None else None
     return json_response(row)
 
 
