@@ -15,14 +15,15 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from rich.console import Console
-
-from engine import check_workspace
 from eventstore import DataRoot, SessionLocked, TraceError, decode, parse_trace_name, validate_id
 
 from ._safe import safe, safe_json
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
 
 __all__ = [
     "CliError",
@@ -122,6 +123,8 @@ def out_console() -> Console:
 
     Piped output is not wrapped at 80 columns (tables keep one row per line for grep/awk).
     """
+    from rich.console import Console
+
     console = Console(
         highlight=False, markup=False, emoji=False, no_color=_no_color(), soft_wrap=False
     )
@@ -135,6 +138,8 @@ def console(*, stderr: bool = False) -> Console:
 
 
 def err_console() -> Console:
+    from rich.console import Console
+
     return Console(stderr=True, highlight=False, markup=False, emoji=False, no_color=_no_color())
 
 
@@ -240,6 +245,8 @@ def _fail(message: str) -> None:
 
 def workspace_dir(path: Path, *, hint: str = "") -> Path:
     """``path`` after the engine's workspace check (R-SESSION-1); its failure as a ``CliError``."""
+    from engine import check_workspace
+
     try:
         check_workspace(path)
     except OSError as exc:

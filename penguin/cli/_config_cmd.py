@@ -5,16 +5,18 @@ Owns: the ``config`` sub-commands.  Does not: read or write the file (``_config`
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.text import Text
 
 from ._clikit import errors_to_exit_codes, out_console, write_json
 from ._config import CONFIG_KEYS, check_setting, load_config, save_config
 from ._options import JsonOpt
 from ._run import globals_of
 from ._safe import safe
+
+if TYPE_CHECKING:
+    pass
 
 __all__ = ["config_app"]
 
@@ -31,6 +33,8 @@ config_app = typer.Typer(
 @config_app.command("show")
 def show(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """Print the settings and the file they come from."""
+    from rich.text import Text
+
     with errors_to_exit_codes():
         root = globals_of(ctx).root()
         config = load_config(root.home)
@@ -53,6 +57,8 @@ def set_(
     value: Annotated[str, typer.Argument(help="The value.")],
 ) -> None:
     """Set one setting (the data root must exist, or pass --init)."""
+    from rich.text import Text
+
     with errors_to_exit_codes():
         check_setting(key, value, where="penguin config set")
         root = globals_of(ctx).writable_root()

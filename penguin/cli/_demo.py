@@ -6,23 +6,20 @@ Owns: the command.  Does not: anything ``run`` does differently.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Final
+from typing import TYPE_CHECKING, Annotated, Final
 
-import anyio
 import typer
-from rich.console import Console
-from rich.text import Text
 
-from engine import CompactionSettings, LocalEnvironment, RetryPolicy, Session, allow_all
-from engine.llm import DEFAULT_SCRIPT, ScriptedLLM
 from eventstore import DEFAULT_AGENT, DEFAULT_PROJECT, DataRoot
 from eventstore.builders import user_text
-from replay import validate_session
 
 from ._clikit import errors_to_exit_codes, out_console
-from ._render import StreamRenderer, short_id
 from ._run import globals_of
 from ._safe import safe
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
 
 __all__ = ["demo"]
 
@@ -43,6 +40,13 @@ def demo(
     workspaces/demo directory), so `penguin sessions` and `penguin show <id>` find it.  Exit
     code: the validation result.
     """
+    import anyio
+    from rich.text import Text
+
+    from replay import validate_session
+
+    from ._render import short_id
+
     del keep  # the session is always kept now
     with errors_to_exit_codes():
         g = globals_of(ctx)
@@ -71,6 +75,13 @@ def demo(
 async def _demo(
     root: DataRoot, project: str, agent: str, workspace: Path, console: Console
 ) -> tuple[str, list[Path]]:
+    from rich.text import Text
+
+    from engine import CompactionSettings, LocalEnvironment, RetryPolicy, Session, allow_all
+    from engine.llm import DEFAULT_SCRIPT, ScriptedLLM
+
+    from ._render import StreamRenderer
+
     llm = ScriptedLLM(DEFAULT_SCRIPT)
     session = await Session.create(
         llm=llm,

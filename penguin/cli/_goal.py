@@ -9,19 +9,21 @@ does, ``session.run(..., goal=GoalOptions(...))``) or render the rounds' own mes
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.text import Text
 
-from engine import GoalOptions
 from eventstore import GoalFinishedPayload, OmniMessage
-from penguin._goal import GoalRounds, goal_dict
-from projections import GoalState
 
 from ._clikit import CliError
 from ._safe import preview, safe
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from engine import GoalOptions
+    from penguin._goal import goal_dict
+    from projections import GoalState
 
 __all__ = [
     "GOAL_NOT_COMPLETE",
@@ -89,6 +91,8 @@ def goal_options(
     *, goal: bool, budget: str | None, resume: bool = False, message: str | None = None
 ) -> GoalOptions | None:
     """The ``GoalOptions`` the flags ask for (``None``: an ordinary run); bad flags raise."""
+    from engine import GoalOptions
+
     if goal and message is not None and not message.strip():
         raise CliError("a goal needs an objective: -m is blank")
     tokens = parse_budget(budget)
@@ -119,12 +123,16 @@ class GoalView:
     """Prints one line per round and the outcome, in stream order (``GoalRounds`` counts)."""
 
     def __init__(self, console: Console, *, start_tokens: int = 0) -> None:
+        from penguin._goal import GoalRounds
+
         self._console = console
         self._rounds = GoalRounds(start=start_tokens)
 
     def take(self, msg: OmniMessage) -> bool:
         """Look at a streamed message; ``True`` when it is a round input (printed here as one
         line instead of the whole protocol block)."""
+        from rich.text import Text
+
         found = self._rounds.round_of(msg)
         if found is not None:
             wrap = " (wrap-up)" if found[1] else ""

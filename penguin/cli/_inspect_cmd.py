@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import anyio
 import typer
-from rich.text import Text
 
 from eventstore import OmniMessage, encode
 
-from ._at import show_at
 from ._clikit import (
     CliError,
     err_console,
@@ -25,22 +22,12 @@ from ._clikit import (
     resolve_target,
     write_json,
 )
-from ._follow import follow
-from ._inspect import (
-    build_inspection,
-    describe,
-    find_session_files,
-    follow_children,
-    iter_rows,
-    read_numbered,
-    record_row,
-    render_children,
-    render_inspection,
-    render_records,
-)
 from ._options import JsonOpt
 from ._run import globals_of
 from ._safe import safe, safe_json_bytes
+
+if TYPE_CHECKING:
+    pass
 
 __all__ = ["inspect"]
 
@@ -107,6 +94,19 @@ def inspect(
     aborts, and what the reader skipped (diagnostics).  Reads only; takes no lock.  A
     subagent pointer that cannot be followed (--children) is reported, not an error.
     """
+    from ._at import show_at
+    from ._inspect import (
+        build_inspection,
+        find_session_files,
+        follow_children,
+        iter_rows,
+        read_numbered,
+        record_row,
+        render_children,
+        render_inspection,
+        render_records,
+    )
+
     with errors_to_exit_codes():
         g = globals_of(ctx)
         if children and (records or follow):
@@ -173,6 +173,12 @@ def inspect(
 
 
 def _follow(path: Path, *, as_json: bool) -> None:
+    import anyio
+    from rich.text import Text
+
+    from ._follow import follow
+    from ._inspect import describe
+
     out = out_console()
 
     def emit(index: int, ordinal: int, line: int, record: OmniMessage) -> None:

@@ -18,14 +18,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
-from rich.table import Table
-from rich.text import Text
-
-from replay.analytics import REPORTS, VIEWS, AnalyticsError, AnalyticsUnavailable, Fleet, Result
-from replay.analytics import open_fleet as _open_fleet
 
 from ._cli import app
 from ._clikit import (
@@ -38,7 +33,15 @@ from ._clikit import (
 )
 from ._safe import safe
 
+if TYPE_CHECKING:
+    from replay.analytics import Fleet, Result
+
 __all__ = ["export_parquet", "query"]
+
+# The help texts name the views and reports without importing the analytics layer (which pulls
+# the whole library into `penguin --help`); a test keeps these equal to replay.analytics'.
+VIEW_NAMES: Final = ("sessions", "records", "requests", "tool_calls", "usage", "diagnostics")
+REPORT_NAMES: Final = ("tools", "retries", "tokens-by-day")
 
 
 class OutputFormat(StrEnum):
@@ -68,6 +71,9 @@ TracesOpt = Annotated[
 
 @contextmanager
 def _fleet(ctx: typer.Context, home: Path | None, traces: str | None) -> Iterator[Fleet]:
+    from replay.analytics import AnalyticsError, AnalyticsUnavailable
+    from replay.analytics import open_fleet as _open_fleet
+
     g = ctx.find_object(Globals) or Globals()
     try:
         fleet = _open_fleet(
@@ -105,6 +111,9 @@ def _jsonable(value: Any) -> Any:
 
 
 def _print(result: Result, fmt: OutputFormat) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
     if fmt is OutputFormat.json:
         write_json([{k: _jsonable(v) for k, v in row.items()} for row in result.dicts()])
         return
@@ -131,7 +140,7 @@ def query(
     sql: Annotated[
         str | None,
         typer.Argument(
-            help=f"SQL over the views {', '.join(VIEWS)}.", show_default=False, metavar="SQL"
+            help=f"SQL over the views {', '.join(VIEW_NAMES)}.", show_default=False, metavar="SQL"
         ),
     ] = None,
     home: HomeOpt = None,
@@ -143,7 +152,7 @@ def query(
         str | None,
         typer.Option(
             "--report",
-            help=f"A named report instead of SQL: {', '.join(REPORTS)}.",
+            help=f"A named report instead of SQL: {', '.join(REPORT_NAMES)}.",
             show_default=False,
             metavar="NAME",
         ),
@@ -155,11 +164,13 @@ def query(
     usage (one row per token_usage), diagnostics (damaged lines, skipped as the reader skips
     them).  Example: penguin query "SELECT model, sum(total) FROM requests GROUP BY model".
     """
+    from replay.analytics import AnalyticsError
+
     with errors_to_exit_codes():
         if (sql is None) == (report is None):
             raise CliError("give SQL or --report NAME (one of them)")
-        if report is not None and report not in REPORTS:
-            raise CliError(f"unknown report {report!r}; choose one of {', '.join(REPORTS)}")
+        if report is not None and report not in REPORT_NAMES:
+            raise CliError(f"unknown report {report!r}; choose one of {', '.join(REPORT_NAMES)}")
         with _fleet(ctx, home, traces) as fleet:
             try:
                 result = fleet.report(report) if report is not None else fleet.sql(sql or "")
@@ -183,6 +194,10 @@ def export_parquet(
     For Spark, Trino, Polars or DuckDB elsewhere: read DIR/<view>/**/*.parquet with Hive
     partitioning.  Files already there with the same names are overwritten.
     """
+    from rich.text import Text
+
+    from replay.analytics import AnalyticsError
+
     with errors_to_exit_codes():
         start = time.perf_counter()
         with _fleet(ctx, home, traces) as fleet:

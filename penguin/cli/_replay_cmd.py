@@ -8,12 +8,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.text import Text
 
 from ._clikit import err_console, errors_to_exit_codes, out_console, resolve_target, write_json
 from ._options import JsonOpt, ModeChoice
 from ._run import globals_of
 from ._safe import safe
+
+if TYPE_CHECKING:
+    pass
 
 if TYPE_CHECKING:
     from replay.golden import Divergence, ReplayResult
@@ -88,6 +90,8 @@ def replay(
 
 
 def _print(result: ReplayResult, *, as_json: bool) -> None:
+    from rich.text import Text
+
     runs, of = result.runs_compared, result.runs_total
     d = result.divergence
     if as_json:

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import anyio
 import msgspec
 import typer
-from rich.text import Text
 
 from eventstore import (
     Diagnostic,
@@ -22,17 +20,10 @@ from eventstore import (
     TextPayload,
     encode,
 )
-from projections import ModelContext, SessionState
-from replay import load_session, resume_session
 
 from ._clikit import CliError, Globals, err_console, errors_to_exit_codes, out_console, write_json
 from ._config import load_config
-from ._diagnose import quiet_reader, report, session_diagnostics
 from ._goal import BudgetOpt, GoalContinueOpt, check_goal_continue, goal_line, goal_options
-from ._inspect import context_dict, describe, state_dict
-from ._listing import resolve_session_id
-from ._live import Subagents, build_compaction, build_subagents, environment_for
-from ._model import LlmOptions, build_llm, check_same_model, choose_approve, choose_model
 from ._options import (
     ApproveOpt,
     BaseUrlOpt,
@@ -50,15 +41,15 @@ from ._options import (
 )
 from ._run import globals_of
 from ._safe import preview, safe
-from ._task import (
-    TaskOptions,
-    TaskResult,
-    checked_message,
-    checked_turns,
-    checked_workspace,
-    finish_task,
-    run_task,
-)
+
+if TYPE_CHECKING:
+    from projections import ModelContext, SessionState
+
+    from ._live import Subagents
+    from ._task import (
+        TaskOptions,
+        TaskResult,
+    )
 
 __all__ = ["Loaded", "load", "resume"]
 
@@ -84,6 +75,10 @@ class Loaded:
 
 def load(g: Globals, session_id: str) -> Loaded:
     """Fold the session; an unknown id, and a session with no usable trace, are exit 2."""
+    from replay import load_session
+
+    from ._diagnose import quiet_reader, session_diagnostics
+
     root = g.root()
     try:
         files = root.trace_files(session_id, project=g.project, agent=g.agent)
@@ -163,6 +158,12 @@ def resume(
     the goal completes.  What
     the reader skipped is printed on stderr.  Exit 2 while another process holds the session.
     """
+    from ._diagnose import report
+    from ._listing import resolve_session_id
+    from ._live import build_compaction
+    from ._model import LlmOptions
+    from ._task import TaskOptions
+
     with errors_to_exit_codes():
         g = globals_of(ctx)
         sid = resolve_session_id(g, session_id)
@@ -193,6 +194,16 @@ def resume(
 
 
 def _continue(g: Globals, loaded: Loaded, message: str | None, opts: TaskOptions) -> None:
+    import anyio
+    from rich.text import Text
+
+    from replay import resume_session
+
+    from ._diagnose import quiet_reader
+    from ._live import build_subagents, environment_for
+    from ._model import build_llm, check_same_model, choose_approve, choose_model
+    from ._task import checked_message, checked_turns, checked_workspace, finish_task, run_task
+
     text = checked_message(message) if message is not None else None
     turns = checked_turns(opts.max_turns)
     root = g.writable_root()
@@ -275,6 +286,10 @@ def _last_reply(context: ModelContext) -> str | None:
 
 
 def _print_state(loaded: Loaded, *, as_json: bool) -> None:
+    from rich.text import Text
+
+    from ._inspect import context_dict, describe, state_dict
+
     sid, context, payload = loaded.session_id, loaded.context, loaded.meta_payload
     carry = list(context.pending)
     last_reply = _last_reply(context)

@@ -6,19 +6,15 @@ Owns: the ``run`` command.  Does not: choose the model (``_model``), or render (
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Final
+from typing import TYPE_CHECKING, Annotated, Final
 
-import anyio
 import typer
 
-from engine import Session
 from eventstore import DEFAULT_AGENT, DEFAULT_PROJECT
 
 from ._clikit import Globals, errors_to_exit_codes
 from ._config import load_config
 from ._goal import BudgetOpt, GoalOpt, goal_options
-from ._live import Subagents, build_compaction, build_subagents, environment_for
-from ._model import LlmOptions, build_llm, choose_approve, choose_model
 from ._options import (
     ApproveOpt,
     BaseUrlOpt,
@@ -33,15 +29,13 @@ from ._options import (
     ScriptOpt,
     SubagentsOpt,
 )
-from ._task import (
-    TaskOptions,
-    TaskResult,
-    checked_message,
-    checked_turns,
-    checked_workspace,
-    finish_task,
-    run_task,
-)
+
+if TYPE_CHECKING:
+    from ._live import Subagents
+    from ._task import (
+        TaskOptions,
+        TaskResult,
+    )
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "globals_of", "run"]
 
@@ -106,6 +100,10 @@ def run(
       penguin run -m "survey the repo" --subagents
       penguin run --goal --budget 500k -m "make all tests pass"
     """
+    from ._live import build_compaction
+    from ._model import LlmOptions
+    from ._task import TaskOptions
+
     with errors_to_exit_codes():
         opts = TaskOptions(
             llm=LlmOptions(script, llm.value if llm else None, model, base_url, api_key_env),
@@ -125,6 +123,14 @@ def run(
 
 
 def _start(g: Globals, message: str, opts: TaskOptions, *, system_prompt: str | None) -> None:
+    import anyio
+
+    from engine import Session
+
+    from ._live import build_subagents, environment_for
+    from ._model import build_llm, choose_approve, choose_model
+    from ._task import checked_message, checked_turns, checked_workspace, finish_task, run_task
+
     text = checked_message(message)
     turns = checked_turns(opts.max_turns)
     config = load_config(g.root().home)

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ._cli import app
 from ._clikit import CliError, errors_to_exit_codes
 from ._config import load_config
-from ._live import environment_for
-from ._model import LlmOptions, build_llm, choose_model
 from ._options import ApproveChoice, BaseUrlOpt, KeyEnvOpt, LlmOpt, ModelOpt, ScriptOpt
 from ._run import globals_of
 from ._safe import safe
+
+if TYPE_CHECKING:
+    pass
 
 __all__ = ["serve"]
 
@@ -68,6 +69,9 @@ def serve(
     Prints the login URL (http://HOST:PORT/#token=...).  Programs send
     `Authorization: Bearer <token>`; see the README's "Server" section for the routes.
     """
+    from ._live import environment_for
+    from ._model import LlmOptions, build_llm, choose_model
+
     with errors_to_exit_codes():
         try:
             from penguin.server import ServerError

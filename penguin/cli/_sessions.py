@@ -10,19 +10,19 @@ from __future__ import annotations
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
-from rich.console import Console
-from rich.text import Text
 
 from ._clikit import CliError, err_console, errors_to_exit_codes, out_console, write_json
-from ._diagnose import report
-from ._listing import SessionRow, list_sessions
 from ._options import JsonOpt
-from ._render import short_id
 from ._run import globals_of
 from ._safe import preview, safe
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ._listing import SessionRow
 
 __all__ = ["relative_time", "sessions"]
 
@@ -103,6 +103,10 @@ def _nest(rows: list[SessionRow], limit: int | None) -> list[tuple[int, SessionR
 
 
 def _render(console: Console, nested: list[tuple[int, SessionRow]]) -> None:
+    from rich.text import Text
+
+    from ._render import short_id
+
     width = console.width if console.is_terminal else _WIDTH
     now = time.time()
     id_width = max(10, *(2 * d + (2 if d else 0) + 9 for d, _row in nested))
@@ -143,6 +147,11 @@ def sessions(
     the first prompt.  What the reader skipped is printed on stderr.  Takes no lock and changes
     no trace; summaries of unchanged sessions are kept in <home>/.cache for the next listing.
     """
+    from rich.text import Text
+
+    from ._diagnose import report
+    from ._listing import list_sessions
+
     with errors_to_exit_codes():
         if limit is not None and limit <= 0:
             raise CliError(f"--limit must be at least 1, not {limit}")

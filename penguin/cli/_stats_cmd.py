@@ -5,7 +5,7 @@ Owns: the command.  Does not: fold or render usage (``_stats``).
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -19,16 +19,10 @@ from ._clikit import (
 )
 from ._options import JsonOpt
 from ._run import globals_of
-from ._stats import (
-    add_summaries,
-    finish_totals,
-    render_all,
-    render_usage,
-    usage_json,
-    usage_of,
-    usage_summary,
-)
 from ._validate_cmd import PROGRESS_FILES, progress
+
+if TYPE_CHECKING:
+    pass
 
 __all__ = ["stats"]
 
@@ -56,6 +50,16 @@ def stats(
     From the Usage projection: one row per request span (turn or compaction) with its status,
     attempt and token counts, plus error rows (failed requests, failed compactions, aborts).
     """
+    from ._stats import (
+        add_summaries,
+        finish_totals,
+        render_all,
+        render_usage,
+        usage_json,
+        usage_of,
+        usage_summary,
+    )
+
     with errors_to_exit_codes():
         g = globals_of(ctx)
         if all_sessions and target is not None:

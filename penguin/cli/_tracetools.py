@@ -10,20 +10,9 @@ from __future__ import annotations
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Final
+from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
-from rich.text import Text
-
-from replay import (
-    Difference,
-    ImportRefused,
-    diff_traces,
-    export_trace,
-    import_trace,
-    repair_trace,
-    validate_session,
-)
 
 from ._cli import app
 from ._clikit import CliError, errors_to_exit_codes, resolve_target, write_json
@@ -31,6 +20,13 @@ from ._clikit import console as _console
 from ._options import JsonOpt
 from ._run import globals_of as _globals
 from ._safe import safe, safe_json_bytes
+
+if TYPE_CHECKING:
+    from rich.text import Text
+
+    from replay import (
+        Difference,
+    )
 
 __all__: list[str] = []
 
@@ -47,6 +43,8 @@ Target = Annotated[
 
 
 def _difference(d: Difference) -> Text:
+    from rich.text import Text
+
     return Text(safe(str(d)))
 
 
@@ -59,6 +57,10 @@ def diff(ctx: typer.Context, a: Target, b: Target, as_json: JsonOpt = False) -> 
     of each side), the other differences and a summary; exit 0 when equal, 1 when they
     differ.
     """
+    from rich.text import Text
+
+    from replay import diff_traces
+
     with errors_to_exit_codes():
         g = _globals(ctx)
         result = diff_traces(resolve_target(a, g).files, resolve_target(b, g).files)
@@ -102,6 +104,10 @@ def repair(
     Prints every change; the copy then passes `validate`.  Exit 1 (and nothing written) when
     the source needed no repair.
     """
+    from rich.text import Text
+
+    from replay import repair_trace, validate_session
+
     with errors_to_exit_codes():
         path = Path(source)
         if path.is_file():  # damage may make a file look like no trace at all: repair it anyway
@@ -176,6 +182,10 @@ def export(
     remote images shown as links, not fetched), or the records of all files concatenated.
     On a terminal the output is escaped; use --out or a pipe for the raw text.
     """
+    from rich.text import Text
+
+    from replay import export_trace
+
     with errors_to_exit_codes():
         files = resolve_target(source, _globals(ctx)).files
         if redact is not None:
@@ -217,6 +227,10 @@ def import_(
     filename-safe and new to the root.  It becomes file _001 of that session, in the date
     directory of its first timestamp; `penguin resume` then continues it.
     """
+    from rich.text import Text
+
+    from replay import ImportRefused, import_trace
+
     with errors_to_exit_codes():
         g = _globals(ctx)
         if not file.is_file():

@@ -9,13 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Final
+from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.text import Text
-
-from replay import Finding, validate_session
 
 from ._clikit import (
     CliError,
@@ -33,6 +29,9 @@ from ._clikit import (
 from ._run import globals_of
 from ._safe import safe
 
+if TYPE_CHECKING:
+    from replay import Finding
+
 __all__ = ["PROGRESS_FILES", "progress", "validate"]
 
 # Inputs at least this large get a progress bar on stderr.
@@ -43,6 +42,8 @@ _PROGRESS_BYTES: Final = 32 * 2**20
 @contextmanager
 def progress(total: int, description: str, *, enabled: bool) -> Iterator[Callable[[int], None]]:
     """A progress bar on stderr (never on stdout, so ``--json`` stays clean)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     if not enabled or total <= 0:
         yield lambda _n: None
         return
@@ -94,6 +95,10 @@ def validate(
     error (with --strict, on any warning too).  Files are grouped into sessions by the id in
     their names, so cross-file rules (rotation heads, contiguous indices) are checked too.
     """
+    from rich.text import Text
+
+    from replay import validate_session
+
     with errors_to_exit_codes():
         g = globals_of(ctx)
         files: list[Path] = []

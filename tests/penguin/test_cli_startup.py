@@ -1,0 +1,86 @@
+"""CLI start-up: a command imports only what it needs (issue 18).
+
+Each case runs the CLI in a fresh interpreter and lists the modules it imported.  Start-up time
+itself is a benchmark (``bench/bench_cli.py``), not a test: here only what is imported.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from penguin.cli._query import REPORT_NAMES, VIEW_NAMES
+
+# Never needed to print help, list sessions or read a trace: the HTTP client, the snapshot
+# library, the model providers, the server, the analytics engine.
+NEVER = (
+    "httpx",
+    "syrupy",
+    "engine.llm._openai",
+    "engine.llm._anthropic",
+    "engine.llm._http",
+    "starlette",
+    "uvicorn",
+    "duckdb",
+)
+# Not needed for `--help` either: the library layers and the terminal toolkit.
+NOT_FOR_HELP = (*NEVER, "engine", "replay", "projections", "rich", "anyio", "yaml", "watchfiles")
+
+_PROBE = """
+import json, sys
+from penguin.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print("\\n" + json.dumps(sorted(sys.modules)))
+"""
+
+
+def imported(*args: str) -> set[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, *args], capture_output=True, text=True, check=True
+    )
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    return sorted(n for n in names if n in modules)
+
+
+@pytest.mark.parametrize("args", [["--help"], ["sessions", "--help"], ["inspect", "--help"]])
+def test_help_imports_neither_the_library_nor_the_providers(args: list[str]) -> None:
+    modules = imported(*args)
+    assert "penguin.cli._cli" in modules  # the probe ran the CLI
+    assert loaded(modules, NOT_FOR_HELP) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sessions"],
+        ["sessions", "--json"],
+        ["validate", "{home}"],
+        ["inspect", "session-2026-07-18-11-10-22-3f8a1c2d"],
+    ],
+)
+def test_reading_commands_import_no_provider_client_or_snapshot_library(
+    args: list[str], tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    modules = imported("--home", str(home), *(a.format(home=home) for a in args))
+    assert "penguin.cli._cli" in modules
+    assert loaded(modules, NEVER) == []
+
+
+def test_help_names_every_analytics_view_and_report() -> None:
+    """The query help lists the views and reports without importing the analytics layer."""
+    from replay.analytics import REPORTS, VIEWS
+
+    assert tuple(VIEWS) == VIEW_NAMES
+    assert tuple(REPORTS) == REPORT_NAMES
