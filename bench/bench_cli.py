@@ -3,6 +3,10 @@
 
 Two figures per command: in-process (the command's own cost) and as a real process with the
 progress bar on stderr (what a user sees, start-up included).
+
+Start-up (issue 18): ``penguin --help``, ``sessions`` on an empty data root, ``inspect`` and
+``validate`` of one small session, each as a whole process, best of ``START_REPEATS``, against
+a bare ``python -c pass`` measured in the same run.  Target: <= 0.15 s each.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from penguin.cli._cli import app
 
 SESSIONS = 2000
 REPEATS = 3
+START_REPEATS = 7
 _TOOLS = [ToolDefinition(name="exec_command", description="Run a shell command.")]
 
 
@@ -158,7 +163,46 @@ def _listing() -> None:
         )
 
 
+def _start_time(argv: list[str], env: dict[str, str]) -> float:
+    best = float("inf")
+    for _ in range(START_REPEATS):
+        start = time.perf_counter()
+        code = subprocess.call(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        best = min(best, time.perf_counter() - start)
+        if code != 0:
+            raise RuntimeError(f"{' '.join(argv)} exited {code}")
+    return best
+
+
+def startup() -> None:
+    penguin = str(Path(sys.executable).parent / "penguin")
+    env = {k: v for k, v in os.environ.items() if k != "PENGUIN_HOME"}
+    with tempfile.TemporaryDirectory() as tmp:
+        empty, one = Path(tmp) / "empty", Path(tmp) / "one"
+        empty.mkdir()
+        (path,) = generate(one, count=1)
+        sid = path.name.rsplit("_", 1)[0]
+        cases = {
+            "python -c pass (floor)": [sys.executable, "-c", "pass"],
+            "penguin --help": [penguin, "--help"],
+            "penguin sessions (empty root)": [penguin, "--home", str(empty), "sessions"],
+            "penguin inspect SESSION": [penguin, "--home", str(one), "inspect", sid],
+            "penguin validate FILE": [penguin, "validate", str(path)],
+        }
+        times = {name: _start_time(argv, env) for name, argv in cases.items()}
+    floor = times.pop("python -c pass (floor)")
+    print(f"start-up, whole process, best of {START_REPEATS} (target <= 150 ms each)")
+    print(f"  python -c pass (floor)         {floor * 1000:8.1f} ms")
+    for name, t in times.items():
+        verdict = "ok" if t <= 0.15 else "ABOVE TARGET"
+        print(
+            f"  {name:<30} {t * 1000:8.1f} ms  "
+            f"({(t - floor) * 1000:6.1f} ms over the floor; {verdict})"
+        )
+
+
 def main() -> None:
+    startup()
     _listing()
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
