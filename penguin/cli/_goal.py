@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from engine import GoalOptions
-    from penguin._goal import goal_dict
     from projections import GoalState
 
 __all__ = [
@@ -31,7 +30,6 @@ __all__ = [
     "GoalContinueOpt",
     "GoalOpt",
     "GoalView",
-    "goal_dict",
     "check_goal_continue",
     "goal_line",
     "goal_options",

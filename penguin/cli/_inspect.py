@@ -51,11 +51,12 @@ from eventstore import (
     read_trace,
     validate_id,
 )
+from penguin._goal import goal_dict
 from projections import ModelContext, SessionState
 
 from ._clikit import trace_name
 from ._diagnose import wrong_type
-from ._goal import goal_dict, goal_line
+from ._goal import goal_line
 from ._safe import preview, safe
 
 __all__ = [
