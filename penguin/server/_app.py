@@ -21,10 +21,11 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from eventstore import DataRoot
+from penguin.web import web_app
 
 from ._auth import authenticate, load_token
 from ._context import ServerContext, error_response, json_response
@@ -149,8 +150,9 @@ def create_app(
     async def openapi(request: Request) -> Response:
         return json_response(document())
 
-    routes = [Route(r.path, r.handler, methods=[r.method]) for r in ROUTES]
+    routes: list[BaseRoute] = [Route(r.path, r.handler, methods=[r.method]) for r in ROUTES]
     routes.append(Route("/api/openapi.json", openapi, methods=["GET"]))
+    routes.append(Mount("/", app=web_app()))  # the Web App (SPEC §20); /api routes match first
     app = Starlette(
         routes=routes,
         exception_handlers={ApiError: _api_error, HTTPException: _http_error, Exception: _fault},

@@ -1,0 +1,236 @@
+// Owns: one session's page: history then the live stream (lossless: the stream resumes after
+// the history's last position, R-SRV-6/8), and the controls of R-WEB-3 (composer with pasted
+// images, steer, stop, approvals, retry countdown, compact, fork, goal mode, the composer
+// locked after an auth failure). Does not: render records (Transcript).
+import { api, enc, openStream } from "./api.js";
+import { clear, h, visible } from "./dom.js";
+import { Transcript } from "./transcript.js";
+
+export function conversationView(root, id) {
+  const base = `/api/sessions/${enc(id)}`;
+  const title = h("h2", { class: "title" }, id);
+  const stateTag = h("span", { class: "tag state", dataset: { state: "idle" } }, "idle");
+  const goalTag = h("span", { class: "tag goal", hidden: true });
+  const errorBox = h("div", { class: "error", hidden: true });
+  const retryBox = h("div", { class: "retry-wait", hidden: true });
+  const authBox = h("div", { class: "auth-failure", hidden: true });
+  let source = null;
+  let state = "idle";
+  let retryTimer = null;
+  let authLocked = false;
+
+  const showError = (err) => {
+    errorBox.hidden = false;
+    errorBox.textContent = err.code ? `${err.code}: ${err.message}` : String(err.message || err);
+  };
+  const call = async (path, body, method = "POST") => {
+    errorBox.hidden = true;
+    try { return await api(`${base}${path}`, { method, body }); } catch (err) { showError(err); return undefined; }
+  };
+
+  const transcript = new Transcript({
+    sessionId: id,
+    onFork: async (position) => {
+      const row = await call("/fork", { at: { file: position.file, ordinal: position.ordinal } });
+      if (row) location.hash = `#/s/${enc(row.id)}`;
+    },
+    onDecide: (callId, decision) => call(`/approvals/${enc(callId)}`, { decision }),
+    onRetryWait: (p) => startCountdown(p.retry_in_ms),
+    onRequestBegin: () => stopCountdown(),
+    onAuthFailure: (message) => lockComposer(message),
+  });
+
+  // ------------------------------------------------------------ composer
+  const text = h("textarea", { class: "input", rows: 3, placeholder: "Message (paste images with Ctrl+V)" });
+  const thumbs = h("div", { class: "thumbs" });
+  let images = [];
+  text.addEventListener("paste", (ev) => {
+    for (const item of ev.clipboardData ? ev.clipboardData.items : []) {
+      if (item.kind !== "file" || !item.type.startsWith("image/")) continue;
+      ev.preventDefault();
+      const reader = new FileReader();
+      reader.onload = () => { images.push(String(reader.result)); drawThumbs(); };
+      reader.readAsDataURL(item.getAsFile());
+    }
+  });
+  function drawThumbs() {
+    clear(thumbs);
+    images.forEach((url, i) => thumbs.append(h("span", { class: "thumb" },
+      h("img", { src: url, alt: "pasted image" }),
+      h("button", { class: "link", title: "Remove", onclick: () => { images.splice(i, 1); drawThumbs(); } }, "×"))));
+  }
+  const goalOn = h("input", { type: "checkbox", class: "goal-on" });
+  const budget = h("input", { type: "number", min: 1, class: "budget", placeholder: "token budget (optional)" });
+  const send = h("button", { class: "primary send", onclick: () => submit() }, "Send");
+  const steer = h("button", { class: "steer", onclick: () => submit(true) }, "Steer");
+  const stop = h("button", { class: "danger stop", onclick: () => call("/abort") }, "Stop");
+  const compact = h("button", { class: "compact", onclick: () => call("/compact") }, "Compact");
+  const compactWhy = h("span", { class: "muted small compact-why" });
+  text.addEventListener("keydown", (ev) => {
+    if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) { ev.preventDefault(); submit(state !== "idle"); }
+  });
+
+  function parts() {
+    const out = [];
+    if (text.value.trim()) out.push({ type: "text", text: text.value });
+    for (const url of images) out.push({ type: "image", data_url: url });
+    return out;
+  }
+  async function submit(steering = false) {
+    const input = parts();
+    if (!input.length || authLocked) return;
+    let ok;
+    if (steering) ok = await call("/steer", { input });
+    else {
+      const body = { input };
+      if (goalOn.checked) body.goal = budget.value ? { budget: Number(budget.value) } : {};
+      ok = await call("/tasks", body);
+      if (ok) setState("running");
+    }
+    if (ok !== undefined) { text.value = ""; images = []; drawThumbs(); }
+  }
+
+  function lockComposer(message) {
+    authLocked = true;
+    clear(authBox).append(
+      h("strong", null, "Authentication failed: "), visible(message), " ",
+      h("button", { class: "dismiss", onclick: () => { authLocked = false; authBox.hidden = true; setState(state); } }, "Dismiss"));
+    authBox.hidden = false;
+    setState(state);
+  }
+
+  function setState(next) {
+    state = next;
+    stateTag.textContent = next;
+    stateTag.dataset.state = next;
+    const running = next !== "idle";
+    send.disabled = running || authLocked;
+    text.disabled = authLocked;
+    steer.hidden = !running;
+    steer.disabled = authLocked;
+    stop.hidden = !running;
+    compact.disabled = running || compact.dataset.why !== "ok";
+    transcript.setIdle(!running);
+    if (!running) stopCountdown();
+  }
+
+  // ------------------------------------------------------------ retry countdown
+  function startCountdown(ms) {
+    stopCountdown();
+    const until = performance.now() + ms;
+    const label = h("span", { class: "count" });
+    const tick = () => {
+      const left = Math.max(0, until - performance.now());
+      label.textContent = `Retrying in ${(left / 1000).toFixed(1)} s`;
+    };
+    clear(retryBox).append(label,
+      h("button", { class: "retry-now", onclick: () => call("/retry-now") }, "Retry now"),
+      h("button", { class: "give-up", onclick: () => call("/abort") }, "Give up"));
+    retryBox.hidden = false;
+    tick();
+    retryTimer = setInterval(tick, 100);
+  }
+  function stopCountdown() {
+    clearInterval(retryTimer);
+    retryTimer = null;
+    retryBox.hidden = true;
+  }
+
+  // ------------------------------------------------------------ session details
+  async function details() {
+    const row = await call("", undefined, "GET");
+    if (!row) return;
+    title.textContent = row.title || row.id;
+    const why = row.compactability || "unsupported";
+    compact.dataset.why = why;
+    compactWhy.textContent = why === "ok" ? "" : `Compact unavailable: ${{
+      unsupported: "compaction is off for this session",
+      empty: "nothing to compact yet",
+      just_compacted: "the context was just compacted",
+    }[why] || why}`;
+    compact.title = compactWhy.textContent;
+    setState(state);
+  }
+
+  root.append(h("section", { class: "conversation" },
+    h("div", { class: "conv-head" }, title, stateTag, goalTag,
+      h("a", { href: `#/s/${enc(id)}/trace`, class: "button" }, "Trace view")),
+    transcript.el,
+    errorBox, authBox, retryBox,
+    h("div", { class: "composer" }, text, thumbs,
+      h("div", { class: "row" },
+        h("label", { class: "goal-mode" }, goalOn, " Goal mode"), budget,
+        h("span", { class: "spacer" }),
+        compactWhy, compact, stop, steer, send))));
+  setState("idle");
+
+  // ------------------------------------------------------------ history, then the stream
+  function onServer(ev) {
+    switch (ev.type) {
+      case "task_state": setState(ev.state); if (ev.state === "idle") details(); break;
+      case "approval_request": transcript.approval(ev.tool_call); break;
+      case "title": title.textContent = ev.title; break;
+      case "goal_round": goalTag.hidden = false; goalTag.textContent = `goal round ${ev.round} · ${ev.tokens_used} tokens`; break;
+      case "goal_finished": goalTag.hidden = false; goalTag.textContent = `goal ${ev.outcome ?? "finished"}`; break;
+      case "resync_required": transcript.dropOpen(); break;
+      default: break;
+    }
+  }
+
+  let closed = false;
+  (async () => {
+    let page;
+    try {
+      page = await api(`${base}/messages`);
+    } catch (err) {
+      showError(err);
+      return;
+    }
+    if (closed) return;
+    transcript.load(page.messages);
+    let last = null;
+    if (page.live) {
+      for (const frag of page.live.fragments) transcript.add(frag, null, true);
+      last = page.live.cursor;
+      setState("running");
+    } else if (page.messages.length) {
+      const p = page.messages[page.messages.length - 1].position;
+      last = `${p.file}:${p.ordinal}`;
+    }
+    scrollToEnd();
+    source = openStream(`${base}/stream${last ? `?last_event_id=${enc(last)}` : ""}`, {
+      onMessage: (msg, eventId) => {
+        const stick = nearEnd();
+        transcript.add(msg, position(eventId), true);
+        if (stick) scrollToEnd();
+      },
+      onServer,
+    });
+    details();
+  })();
+
+  return {
+    close() {
+      closed = true;
+      if (source) source.close();
+      stopCountdown();
+      transcript.close();
+    },
+  };
+}
+
+/** The trace position of a recorded message's event id (`<file>:<ordinal>`), else null. */
+function position(eventId) {
+  const m = /^(\d+):(\d+)$/.exec(eventId || "");
+  return m ? { file: Number(m[1]), ordinal: Number(m[2]) } : null;
+}
+
+function nearEnd() {
+  const el = document.scrollingElement;
+  return el.scrollHeight - el.scrollTop - el.clientHeight < 120;
+}
+
+function scrollToEnd() {
+  const el = document.scrollingElement;
+  el.scrollTop = el.scrollHeight;
+}

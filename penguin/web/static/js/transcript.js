@@ -1,0 +1,354 @@
+// Owns: turning records (history and live stream) into transcript blocks, and rendering them
+// incrementally: only the newest blocks are built at first, older ones when scrolled to (a
+// 5,000-message session opens without building 5,000 nodes). Partial messages stream into
+// their block; the complete message replaces them. Does not: send requests (callbacks do).
+import { h, visible } from "./dom.js";
+import { markdown } from "./markdown.js";
+
+const PAGE = 150;
+const ATTACHED = /^\[attached image: (.+)\]$/;
+
+export class Transcript {
+  constructor({ sessionId, onFork, onDecide, onRetryWait, onAuthFailure, onRequestBegin }) {
+    this.sessionId = sessionId;
+    this.cb = { onFork, onDecide, onRetryWait, onAuthFailure, onRequestBegin };
+    this.blocks = [];
+    this.first = 0;  // index of the first block built into the DOM
+    this.tools = new Map();  // tool_call_id -> tool block
+    this.open = new Map();  // streaming segment key -> block
+    this.span = [];  // tool blocks of the current request span
+    this.subHosts = new Map();  // child session id -> tool block it nests under
+    this.idle = true;
+    this.more = h("button", { class: "more", onclick: () => this.showEarlier() }, "");
+    this.list = h("div", { class: "blocks" });
+    this.el = h("div", { class: "transcript" }, this.more, this.list);
+    this.observer = new IntersectionObserver((entries) => {
+      if (entries.some((e) => e.isIntersecting) && this.first > 0) this.showEarlier();
+    });
+    this.observer.observe(this.more);
+    this.updateMore();
+  }
+
+  close() { this.observer.disconnect(); }
+
+  // ------------------------------------------------------------------ feeding records
+
+  /** A whole history page: blocks are made, only the last PAGE are built. */
+  load(items) {
+    this.loaded = false;
+    for (const { message, position } of items) this.add(message, position, false);
+    this.loaded = true;
+    this.first = Math.max(0, this.blocks.length - PAGE);
+    for (let i = this.first; i < this.blocks.length; i += 1) this.list.append(this.node(this.blocks[i]));
+    this.updateMore();
+  }
+
+  /** One record or live event; `live` is true for what arrives on the stream. */
+  add(rec, position, live = true) {
+    const p = rec.payload || {};
+    if (rec.origin && rec.origin.length) return this.addNested(rec);
+    if (rec.type === "event_msg") return this.addEvent(p, rec, position, live);
+    if (rec.type !== "model_msg") return null;
+    switch (p.type) {
+      case "partial_text": return this.partial("text", p, position);
+      case "partial_thinking": return this.partial("thinking", p, position);
+      case "partial_tool_call": return this.partialCall(p);
+      case "partial_tool_call_output": return this.partialOutput(p);
+      case "text": return this.text(p, position);
+      case "thinking": return this.complete("thinking", "thinking", p.thinking, p, position);
+      case "tool_call": return this.toolCall(p, position);
+      case "tool_call_output": return this.toolOutput(p);
+      case "image_url": return this.push({ kind: "image", role: p.role, src: p.image_url });
+      default: return null;
+    }
+  }
+
+  text(p, position) {
+    if (p.role === "user") {
+      const lines = (p.text || "").split("\n");
+      const images = lines.map((l) => l.match(ATTACHED)).filter(Boolean).map((m) => m[1]);
+      const text = lines.filter((l) => !ATTACHED.test(l)).join("\n").trim();
+      return this.push({ kind: "user", text, images, position });
+    }
+    return this.complete("text", "assistant", p.text, p, position);
+  }
+
+  complete(key, kind, text, p, position) {
+    const block = this.open.get(key);
+    this.open.delete(key);
+    if (block) {
+      Object.assign(block, { text, stop: p.stop_reason, streaming: false, position });
+      this.refresh(block);
+      return block;
+    }
+    return this.push({ kind, text, stop: p.stop_reason, position });
+  }
+
+  partial(key, p) {
+    const content = key === "text" ? p.text : p.thinking;
+    let block = this.open.get(key);
+    if (p.event_type === "start" || !block) {
+      block = this.push({ kind: key === "text" ? "assistant" : "thinking", text: content || "", streaming: true });
+      this.open.set(key, block);
+      return block;
+    }
+    if (p.event_type === "delta" && content) {
+      block.text += content;
+      if (block.live) block.live.appendData(content);
+    }
+    return block;
+  }
+
+  partialCall(p) {
+    let block = this.tools.get(p.tool_call_id);
+    if (!block) block = this.newTool(p.tool_call_id, p.name, "");
+    if (p.name) block.name = p.name;
+    if (p.arguments) block.args += p.arguments;
+    block.streaming = p.event_type !== "stop";
+    this.refresh(block);
+    return block;
+  }
+
+  partialOutput(p) {
+    const block = this.tools.get(p.tool_call_id) || this.newTool(p.tool_call_id, "?", "");
+    if (p.event_type === "start") block.output = p.output || "";
+    else if (p.output) block.output = (block.output || "") + p.output;
+    block.running = true;
+    this.refresh(block);
+    return block;
+  }
+
+  toolCall(p, position) {
+    let block = this.tools.get(p.tool_call_id);
+    if (!block) block = this.newTool(p.tool_call_id, p.name, p.arguments);
+    Object.assign(block, { name: p.name, args: p.arguments, streaming: false, stop: p.stop_reason, position });
+    this.refresh(block);
+    return block;
+  }
+
+  newTool(id, name, args) {
+    const block = this.push({ kind: "tool", id, name, args, output: null, decision: null, pending: false, children: [] });
+    this.tools.set(id, block);
+    this.span.push(block);
+    if (this.span.length > 1) {
+      this.span.forEach((b, i) => { b.parallel = `parallel ${i + 1}/${this.span.length}`; this.refresh(b); });
+    }
+    return block;
+  }
+
+  toolOutput(p) {
+    const block = this.tools.get(p.tool_call_id) || this.newTool(p.tool_call_id, "?", "");
+    Object.assign(block, { output: p.output, images: p.images || [], running: false, outStop: p.stop_reason, done: true });
+    this.refresh(block);
+    return block;
+  }
+
+  /** A pending approval (from the stream's approval_request). */
+  approval(message) {
+    const call = message.payload || message;
+    const block = this.tools.get(call.tool_call_id) || this.newTool(call.tool_call_id, call.name, call.arguments);
+    block.pending = true;
+    this.refresh(block);
+  }
+
+  addEvent(p, rec, position, live) {
+    switch (p.type) {
+      case "request_begin":
+        this.span = [];
+        if (live && this.cb.onRequestBegin) this.cb.onRequestBegin();
+        return null;
+      case "request_end": return this.requestEnd(p, rec, live);
+      case "approval_decision": {
+        const block = this.tools.get(p.tool_call_id);
+        if (block) { block.decision = p.decision; block.pending = false; this.refresh(block); }
+        return block;
+      }
+      case "abort":
+        this.dropOpen();
+        return this.push({ kind: "notice", cls: "abort", text: `Aborted${p.reason ? `: ${p.reason}` : ""}` });
+      case "compaction_begin":
+        return this.push({ kind: "notice", cls: "compaction", text: `Compaction started (${p.reason}, ${p.mode}; ${p.turns} turns, ${p.context} tokens)` });
+      case "compaction_end":
+        return this.push({ kind: "notice", cls: "compaction", text: `Compaction ${p.status} (${p.reason}, ${p.mode})${p.error_message ? `: ${p.error_message}` : ""}` });
+      case "subagent": {
+        const host = this.subHosts.get(p.session_id) || this.lastRunningTool();
+        if (host) { host.child = p.session_id; this.refresh(host); return host; }
+        return this.push({ kind: "notice", cls: "subagent", text: `Subagent ${p.session_id}`, link: p.session_id });
+      }
+      case "goal_finished":
+        return this.push({ kind: "notice", cls: "goal", text: `Goal ${p.outcome} after ${p.rounds} rounds (${p.tokens_used} tokens)` });
+      default: return null;
+    }
+  }
+
+  requestEnd(p, rec, live) {
+    if (p.status === "completed") return null;
+    this.dropOpen();
+    if (p.status === "auth" && this.cb.onAuthFailure) this.cb.onAuthFailure(p.error_message || "authentication failed");
+    if (p.retry_in_ms !== undefined && p.retry_in_ms !== null) {
+      const block = this.push({ kind: "notice", cls: "retry", text: `[retry] attempt ${p.attempt ?? "?"} failed (${p.status}${p.error_message ? `: ${p.error_message}` : ""}), next in ${p.retry_in_ms} ms` });
+      if (live && this.cb.onRetryWait) this.cb.onRetryWait(p, rec, block);
+      return block;
+    }
+    return this.push({ kind: "notice", cls: "error", text: `Request ended: ${p.status}${p.error_message ? ` — ${p.error_message}` : ""}` });
+  }
+
+  lastRunningTool() {
+    for (let i = this.blocks.length - 1; i >= 0; i -= 1) {
+      const b = this.blocks[i];
+      if (b.kind === "tool" && !b.done) return b;
+    }
+    return null;
+  }
+
+  addNested(rec) {
+    const p = rec.payload || {};
+    if (rec.type !== "model_msg" || (p.type || "").startsWith("partial_")) return null;
+    const child = rec.origin[0];
+    let host = this.subHosts.get(child);
+    if (!host) {
+      host = this.lastRunningTool();
+      if (!host) return null;
+      this.subHosts.set(child, host);
+      host.child = child;
+    }
+    const text = p.type === "tool_call" ? `→ ${p.name} ${p.arguments}`
+      : p.type === "tool_call_output" ? `← ${p.output}`
+        : p.text ?? p.thinking ?? "";
+    host.children.push({ role: p.role, type: p.type, text });
+    this.refresh(host);
+    return host;
+  }
+
+  /** Drops half-shown fragments (an abort, a failed request or `resync_required`). */
+  dropOpen() {
+    for (const block of this.open.values()) {
+      const i = this.blocks.indexOf(block);
+      if (i >= 0 && block.streaming) {
+        this.blocks.splice(i, 1);
+        if (i < this.first) this.first -= 1;
+        if (block.node) block.node.remove();
+      }
+    }
+    this.open.clear();
+  }
+
+  setIdle(idle) {
+    if (this.idle === idle) return;
+    this.idle = idle;
+    for (let i = this.first; i < this.blocks.length; i += 1) {
+      if (this.blocks[i].kind === "assistant") this.refresh(this.blocks[i]);
+    }
+  }
+
+  // ------------------------------------------------------------------ rendering
+
+  push(block) {
+    this.blocks.push(block);
+    if (this.loaded !== false) this.list.append(this.node(block));
+    return block;
+  }
+
+  refresh(block) {
+    if (!block.node) return;
+    const old = block.node;
+    block.node = null;
+    old.replaceWith(this.node(block));
+  }
+
+  showEarlier() {
+    if (this.first === 0) return;
+    const scroller = this.el.closest(".scroll") || document.scrollingElement;
+    const before = scroller.scrollHeight;
+    const start = Math.max(0, this.first - PAGE);
+    const frag = document.createDocumentFragment();
+    for (let i = start; i < this.first; i += 1) frag.append(this.node(this.blocks[i]));
+    this.list.prepend(frag);
+    this.first = start;
+    scroller.scrollTop += scroller.scrollHeight - before;
+    this.updateMore();
+  }
+
+  updateMore() {
+    this.more.hidden = this.first === 0;
+    this.more.textContent = `Show ${Math.min(PAGE, this.first)} earlier messages (${this.first} not shown)`;
+  }
+
+  node(block) {
+    if (block.node) return block.node;
+    const el = RENDER[block.kind](block, this);
+    el.classList.add("block", `b-${block.kind}`);
+    if (block.position) el.dataset.position = `${block.position.file}:${block.position.ordinal}`;
+    block.node = el;
+    return el;
+  }
+}
+
+function imageSrc(sessionId, target) {
+  if (/^data:image\//i.test(target)) return target;
+  const name = target.split("/").pop();
+  return `/api/sessions/${encodeURIComponent(sessionId)}/scratchpad/${encodeURIComponent(name)}`;
+}
+
+const RENDER = {
+  user(b, t) {
+    return h("div", { class: "msg user" },
+      h("div", { class: "who" }, "You"),
+      h("div", { class: "body plain" }, visible(b.text)),
+      b.images.map((img) => h("img", { class: "shot", alt: "attached image", src: imageSrc(t.sessionId, img) })));
+  },
+  assistant(b, t) {
+    if (b.streaming) {
+      b.live = document.createTextNode(visible(b.text));
+      return h("div", { class: "msg assistant streaming" }, h("div", { class: "who" }, "Assistant"),
+        h("div", { class: "body plain" }, b.live), h("span", { class: "cursor" }, "▍"));
+    }
+    b.live = null;
+    const forkable = t.idle && b.position && b.stop === "completed";
+    return h("div", { class: "msg assistant" },
+      h("div", { class: "who" }, "Assistant",
+        b.stop && b.stop !== "completed" ? h("span", { class: "tag warn" }, b.stop) : null,
+        forkable ? h("button", { class: "link fork", title: "Start a new session from this reply", onclick: () => t.cb.onFork(b.position) }, "Fork from here") : null),
+      h("div", { class: "body md" }, markdown(b.text || "")));
+  },
+  thinking(b) {
+    if (b.streaming) b.live = document.createTextNode(visible(b.text));
+    return h("details", { class: "thinking" }, h("summary", null, b.streaming ? "Thinking…" : "Thinking"),
+      h("div", { class: "body plain" }, b.streaming ? b.live : visible(b.text)));
+  },
+  tool(b, t) {
+    const state = b.pending ? "awaiting approval" : b.decision === "deny" ? "denied"
+      : b.done ? (b.outStop && b.outStop !== "completed" ? b.outStop : "done")
+        : b.running ? "running" : b.streaming ? "streaming" : "queued";
+    return h("div", { class: `tool state-${state.replace(/\s/g, "-")}`, dataset: { callId: b.id } },
+      h("div", { class: "tool-head" },
+        h("span", { class: "tool-name" }, visible(b.name)),
+        b.parallel ? h("span", { class: "tag parallel" }, b.parallel) : null,
+        h("span", { class: "tag" }, state),
+        b.decision ? h("span", { class: `tag decision ${b.decision}` }, b.decision === "allow" ? "approved" : "denied") : null,
+        h("span", { class: "muted small" }, b.id)),
+      h("pre", { class: "args" }, visible(prettyArgs(b.args))),
+      b.pending ? h("div", { class: "approval" },
+        h("span", null, "This call needs your approval."),
+        h("button", { class: "primary approve", onclick: () => t.cb.onDecide(b.id, "allow") }, "Approve"),
+        h("button", { class: "danger deny", onclick: () => t.cb.onDecide(b.id, "deny") }, "Deny")) : null,
+      b.output !== null && b.output !== undefined ? h("pre", { class: "output" }, visible(b.output)) : null,
+      (b.images || []).map((img) => h("img", { class: "shot", alt: "tool image", src: imageSrc(t.sessionId, img) })),
+      b.child || b.children.length ? h("div", { class: "nested" },
+        h("div", { class: "muted small" }, "Subagent ",
+          b.child ? h("a", { href: `#/s/${encodeURIComponent(b.child)}` }, b.child) : null),
+        b.children.map((c) => h("div", { class: `nested-msg ${c.role}` }, visible(c.text)))) : null);
+  },
+  image(b, t) {
+    return h("div", { class: `msg ${b.role}` }, h("img", { class: "shot", alt: "image", src: imageSrc(t.sessionId, b.src) }));
+  },
+  notice(b) {
+    return h("div", { class: `notice ${b.cls}` }, visible(b.text),
+      b.link ? h("a", { href: `#/s/${encodeURIComponent(b.link)}` }, " open") : null);
+  },
+};
+
+function prettyArgs(args) {
+  if (!args) return "";
+  try { return JSON.stringify(JSON.parse(args), null, 2); } catch (_) { return args; }
+}

@@ -1,0 +1,71 @@
+// Owns: the usage page (R-WEB-4, R-SRV-10): tokens over time (per hour), per session and per
+// model, drawn as hand-made SVG bar charts (no library: three bar charts are a few lines), and
+// the failed requests.
+import { api } from "./api.js";
+import { clear, fmtNum, fmtTime, h, s, visible } from "./dom.js";
+
+export function usageView(root) {
+  const charts = {
+    hour: h("div", { class: "chart", dataset: { chart: "time" } }),
+    session: h("div", { class: "chart", dataset: { chart: "session" } }),
+    model: h("div", { class: "chart", dataset: { chart: "model" } }),
+  };
+  const errors = h("div", { class: "errors" });
+  root.append(h("section", { class: "usage" },
+    h("h2", null, "Usage"),
+    h("div", { class: "card" }, h("h3", null, "Tokens over time (per hour)"), charts.hour),
+    h("div", { class: "card" }, h("h3", null, "Tokens per session"), charts.session),
+    h("div", { class: "card" }, h("h3", null, "Tokens per model"), charts.model),
+    h("div", { class: "card" }, h("h3", null, "Failed requests"), errors)));
+  for (const group of Object.keys(charts)) {
+    api(`/api/usage?group_by=${group}`).then((data) => {
+      clear(charts[group]).append(barChart(data.rows, group));
+    }).catch((err) => clear(charts[group]).append(h("p", { class: "error" }, err.message)));
+  }
+  api("/api/usage/errors").then((data) => {
+    if (!data.errors.length) { errors.append(h("p", { class: "muted" }, "None.")); return; }
+    errors.append(h("table", null, h("tr", null, ["Time", "Session", "Status", "Message"].map((x) => h("th", null, x))),
+      data.errors.slice(-200).map((e) => h("tr", null, h("td", null, fmtTime(e.time)),
+        h("td", null, h("a", { href: `#/s/${encodeURIComponent(e.session)}` }, e.session)),
+        h("td", null, e.status), h("td", null, visible(e.message || ""))))));
+  }).catch((err) => errors.append(h("p", { class: "error" }, err.message)));
+  return { close() {} };
+}
+
+const SERIES = [["cache_read", "cached input"], ["cache_write", "uncached input"], ["output", "output"]];
+
+function barChart(rows, group) {
+  if (!rows.length) return h("p", { class: "muted" }, "No usage recorded yet.");
+  const width = 900, left = 70, bottom = 60, top = 10, height = 260;
+  const max = Math.max(1, ...rows.map((r) => r.cache_read + r.cache_write + r.output));
+  const bw = (width - left - 10) / rows.length;
+  const y = (v) => top + (height - top - bottom) * (1 - v / max);
+  const svg = s("svg", { viewBox: `0 0 ${width} ${height}`, class: "bars", role: "img", "aria-label": `tokens per ${group}` });
+  for (let k = 0; k <= 4; k += 1) {
+    const v = (max * k) / 4;
+    svg.append(s("line", { x1: left, x2: width - 10, y1: y(v), y2: y(v), class: "grid" }),
+      s("text", { x: left - 6, y: y(v) + 4, class: "tick", "text-anchor": "end" }, fmtNum(Math.round(v))));
+  }
+  rows.forEach((r, i) => {
+    let acc = 0;
+    const x = left + i * bw + bw * 0.1;
+    const g = s("g", { class: "bar" }, s("title", null, `${r.key}: ${fmtNum(r.total)} tokens in ${r.requests} requests`));
+    SERIES.forEach(([key], k) => {
+      const v = r[key] || 0;
+      if (!v) return;
+      g.append(s("rect", { x, width: Math.max(1, bw * 0.8), y: y(acc + v), height: y(acc) - y(acc + v), class: `series-${k}` }));
+      acc += v;
+    });
+    svg.append(g);
+    const label = shortLabel(String(r.key ?? ""), group);
+    svg.append(s("text", { x: x + bw * 0.4, y: height - bottom + 14, class: "tick", "text-anchor": "end", transform: `rotate(-30 ${x + bw * 0.4} ${height - bottom + 14})` }, visible(label)));
+  });
+  const legend = h("div", { class: "legend" }, SERIES.map(([, name], k) => h("span", null, h("i", { class: `swatch series-${k}` }), name)));
+  return h("div", null, svg, legend);
+}
+
+function shortLabel(key, group) {
+  if (group === "session") return key.replace(/^session-/, "").slice(-14);
+  if (group === "hour") return key.replace("T", " ") + "h";
+  return key.length > 24 ? key.slice(0, 23) + "…" : key;
+}

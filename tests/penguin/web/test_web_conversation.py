@@ -1,0 +1,114 @@
+"""The Web App's conversation page in a real Chromium against a real ``penguin serve``
+(R-WEB-1/2/3/5/6): create a session, a streamed task with a tool call approved in the page,
+steer, reload mid-task, fork."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from webkit import Server, logged_in, penguin_serve, shot
+
+TOOLS = [
+    {
+        "name": "exec_command",
+        "description": "Run a shell command.",
+        "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+    }
+]
+SCRIPT = {
+    "tools": TOOLS,
+    "responses": [
+        [
+            {"thinking": "Plan: list the files."},
+            {"text": ["Let me ", "look at ", "the **files**."]},
+            {
+                "tool_call": {
+                    "name": "exec_command",
+                    "arguments": {"cmd": "ls"},
+                    "result": {"output": "a.txt\nb.txt\n"},
+                }
+            },
+        ],
+        [{"text": "All done: *two* files."}],
+        [{"text": "Second answer."}],
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with penguin_serve(tmp_path_factory.mktemp("web-conv"), SCRIPT, approve="ask") as s:
+        yield s
+
+
+def test_r_web_1_login_removes_the_token_and_sets_a_strict_csp(
+    browser: Any, server: Server
+) -> None:
+    page, watched = logged_in(browser, server)
+    assert "token" not in page.url
+    response = page.request.get(server.base + "/")
+    csp = response.headers["content-security-policy"]
+    assert "default-src 'self'" in csp and "script-src 'self'" in csp
+    assert "unsafe-inline" not in csp
+    watched.check()
+
+
+def test_r_web_2_stream_tool_call_approval_and_fork(browser: Any, server: Server) -> None:
+    page, watched = logged_in(browser, server)
+    page.select_option("select[name=approval]", "ask")
+    page.click("text=Create session")
+    page.wait_for_selector(".composer textarea")
+    page.fill(".composer textarea", "What files are there?")
+    page.click("button.send")
+    # Streamed text, then the tool call waiting for the user's decision.
+    page.wait_for_selector(".b-assistant >> text=Let me look at the")
+    tool = page.locator(".tool").first
+    tool.locator("button.approve").wait_for()
+    assert tool.locator(".tool-name").inner_text() == "exec_command"
+    assert '"cmd": "ls"' in tool.locator(".args").inner_text()
+    assert page.locator(".b-thinking summary").first.inner_text().startswith("Thinking")
+    assert page.locator(".b-assistant strong").first.inner_text() == "files"
+    shot(page, "web-approval")
+    tool.locator("button.approve").click()
+    page.wait_for_selector(".tool .output >> text=a.txt")
+    page.wait_for_selector(".b-assistant >> text=All done:")
+    page.wait_for_selector(".tag.state[data-state=idle]")
+    assert page.locator(".tool .tag.decision").inner_text() == "approved"
+    shot(page, "web-conversation")
+    first_url = page.url
+
+    # Fork from the completed final reply: a new session holding the history so far.
+    page.locator(".b-assistant:has-text('All done') button.fork").click()
+    page.wait_for_function("(u) => location.href !== u", arg=first_url)
+    page.wait_for_selector(".b-assistant >> text=All done:")
+    assert page.url != first_url
+    assert page.locator(".b-user").first.inner_text().endswith("What files are there?")
+    shot(page, "web-fork")
+    watched.check()
+
+
+def test_r_web_3_steer_while_waiting_and_reload_mid_task(browser: Any, server: Server) -> None:
+    page, watched = logged_in(browser, server)
+    row = server.api("POST", "/api/sessions", {"approval": "ask"})
+    page.goto(f"{server.base}/#/s/{row['id']}")
+    page.fill(".composer textarea", "List them")
+    page.click("button.send")
+    page.locator(".tool button.approve").wait_for()
+    text_before = page.locator(".b-assistant").first.inner_text()
+
+    # A reload in the middle of the task shows the same page: text and the pending approval.
+    page.reload()
+    page.locator(".tool button.approve").wait_for()
+    assert page.locator(".b-assistant").first.inner_text() == text_before
+    assert page.locator(".tag.state").inner_text() != "idle"
+
+    page.fill(".composer textarea", "Also count them")
+    page.click("button.steer")
+    page.wait_for_function("document.querySelector('.composer textarea').value === ''")
+    page.click(".tool button.approve")
+    page.wait_for_selector(".b-user >> text=Also count them")
+    page.wait_for_selector(".b-assistant >> text=All done:")
+    shot(page, "web-steer")
+    watched.check()
