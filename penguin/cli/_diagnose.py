@@ -11,11 +11,9 @@ import io
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, redirect_stderr
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
-from rich.console import Console
-from rich.text import Text
 
 from eventstore import (
     EVENT_PAYLOAD_TAGS,
@@ -30,6 +28,9 @@ from eventstore import (
 )
 
 from ._safe import safe
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["quiet_reader", "report", "session_diagnostics", "wrong_type"]
 
@@ -103,6 +104,8 @@ def session_diagnostics(files: Sequence[Path]) -> list[Diagnostic]:
 
 def report(err: Console, diagnostics: Sequence[Diagnostic], *, prefix: str = "") -> None:
     """One line per diagnostic on ``err`` (terminal-safe)."""
+    from rich.text import Text
+
     for d in diagnostics:
         where = f"{d.path}:{d.line}" if d.line else str(d.path)
         err.print(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from eventstore import (
     DEFAULT_AGENT,
@@ -29,12 +29,14 @@ from eventstore import (
     scan_trace,
     validate_id,
 )
-from projections import SessionState
 
 from ._clikit import CliError, Globals, match_session_id
 from ._diagnose import wrong_type
 from ._listcache import Cached, FileKey, ListCache, file_keys
 from ._safe import safe
+
+if TYPE_CHECKING:
+    from projections import SessionState
 
 __all__ = ["SessionRow", "list_sessions", "resolve_session_id", "summarize"]
 
@@ -125,6 +127,8 @@ def _fold_file(row: SessionRow, state: SessionState, path: Path, *, last: bool) 
 
 def summarize(info: SessionInfo, active: float | None = None) -> SessionRow:
     """Read the session's own files once (no search of the root)."""
+    from projections import SessionState
+
     files = info.files
     active = _mtime(files[-1]) if active is None else active
     row = SessionRow(info=info, active=active, latest=files[-1])
