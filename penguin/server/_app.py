@@ -24,6 +24,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from engine import RetryPolicy
 from eventstore import DataRoot
 from penguin.web import web_app
 
@@ -123,6 +124,7 @@ def create_app(
     buffer_events: int = 10_000,
     buffer_bytes: int = 8 * 2**20,
     watch: bool = True,
+    retry: RetryPolicy | None = None,
 ) -> Starlette:
     """The server as an ASGI app; nothing runs until its lifespan starts."""
     data_root = root if isinstance(root, DataRoot) else DataRoot(root)
@@ -135,6 +137,7 @@ def create_app(
         approval=approval,
         buffer_events=buffer_events,
         buffer_bytes=buffer_bytes,
+        retry=retry,
         on_state=lambda h: ctx_box[0].session_state_event(h),
         on_created=lambda sid, source: ctx_box[0].session_created_event(sid, source),
     )

@@ -30,6 +30,7 @@ from engine import (
     Environment,
     GoalOptions,
     LocalEnvironment,
+    RetryPolicy,
     Session,
     allow_all,
     deny_all,
@@ -94,8 +95,10 @@ class SessionHost:
         buffer_bytes: int = 8 * 2**20,
         on_state: Callable[[Hosted], None] | None = None,
         on_created: Callable[[str, str], None] | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self.root = root
+        self._retry = retry or Session.DEFAULT_RETRY
         self._llm_factory = llm_factory or default_llm
         self._env_factory = environment_factory or default_environment
         self.workspace = workspace or Path.cwd()
@@ -213,6 +216,7 @@ class SessionHost:
                 agent=agent,
                 compaction=compaction,
                 max_turns=max_turns,
+                retry=self._retry,
             )
         except (FileNotFoundError, NotADirectoryError):
             await _close_llm(llm)
@@ -242,6 +246,7 @@ class SessionHost:
                     agent=h.agent,
                     compaction=h.compaction,
                     max_turns=h.max_turns,
+                    retry=self._retry,
                 )
             except SessionLocked as exc:
                 await _close_llm(llm)

@@ -10,10 +10,8 @@ hold any truth of its own, or know what is running (the host overlays live state
 
 from __future__ import annotations
 
-import datetime as _dt
 import sqlite3
 import threading
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
 
@@ -25,6 +23,7 @@ from eventstore import (
     SessionInfo,
     SessionMetaPayload,
     TokenUsagePayload,
+    file_index,
     iter_trace,
 )
 from projections import SessionState
@@ -86,24 +85,18 @@ class Index:
         """Fold what changed since the checkpoints; returns the ids whose rows changed."""
         infos = self.root.sessions()
         with self._lock:
-            known = {
-                p: (o, m)
-                for p, o, m in self._db.execute("SELECT path, offset, mtime_ns FROM files")
-            }
+            known: dict[str, dict[str, tuple[int, int]]] = {}
+            for path, sid, offset, mtime in self._db.execute(
+                "SELECT path, session, offset, mtime_ns FROM files"
+            ):
+                known.setdefault(sid, {})[path] = (offset, mtime)
         changed: list[SessionInfo] = []
         seen: set[str] = set()
         for info in infos:
             seen.add(info.session_id)
-            for f in info.files:
-                st = _stat(f)
-                if st is None or known.get(str(f)) != st:
-                    changed.append(info)
-                    break
-            else:
-                if len(info.files) != sum(
-                    1 for p in known if Path(p).name.startswith(info.session_id + "_")
-                ):
-                    changed.append(info)
+            now = {str(f): _stat(f) for f in info.files}
+            if now != known.get(info.session_id):
+                changed.append(info)
         for info in changed:
             self._refold(info)
         gone = self._gone(seen)
@@ -284,14 +277,4 @@ def _stat(path: Path) -> tuple[int, int] | None:
 
 
 def _file_index(path: Path) -> int:
-    from eventstore import file_index
-
     return file_index(path) or 0
-
-
-def now_iso() -> str:
-    return _dt.datetime.now().isoformat()
-
-
-def _unused(_: Iterable[Any]) -> None:
-    return None

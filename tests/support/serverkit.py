@@ -88,6 +88,17 @@ class Reader:
     _lines: Any = None
     comments: list[str] = field(default_factory=list)
 
+    async def opened(self) -> None:
+        """Until the first block (an event or a comment): the subscription is then live."""
+        if self._lines is None:
+            self._lines = self.response.aiter_lines()
+        async for line in self._lines:
+            if line == "":
+                return
+            if line.startswith(":"):
+                self.comments.append(line)
+        raise EOFError("stream ended")
+
     async def next(self) -> SSE:
         if self._lines is None:
             self._lines = self.response.aiter_lines()
