@@ -181,7 +181,7 @@ async def test_r_srv_11_traces_pages_raw_and_context(tmp_path: Path) -> None:
         assert (await s.client.get(f"/api/sessions/{sid}/traces/7")).status_code == 404
         begin = kinds(tmp_path, sid).index("request_begin")
         ctx = (await s.client.get(f"/api/sessions/{sid}/context?at=1:{begin}")).json()
-        assert ctx["is_request"] and ctx["messages"][-1]["payload"]["text"] == "hi"
+        assert ctx["request"]["messages"][-1]["message"]["payload"]["text"] == "hi"
         r = await s.client.get(f"/api/sessions/{sid}/context?at=nope")
         assert r.status_code == 400
         r = await s.client.get(f"/api/sessions/{sid}/context?at=1:9999")
@@ -288,6 +288,8 @@ async def test_r_srv_13_index_rebuilt_gives_identical_rows(tmp_path: Path) -> No
 async def test_r_srv_13_cli_run_appears_within_2s(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"responses": [[{"text": "hi from the CLI"}]]}))
     async with served(tmp_path / "root", watch=True, workspace=ws) as s:
         assert (await s.client.get("/api/sessions")).json()["sessions"] == []
         await anyio.run_process(
@@ -302,6 +304,8 @@ async def test_r_srv_13_cli_run_appears_within_2s(tmp_path: Path) -> None:
                 str(ws),
                 "--approve",
                 "allow-all",
+                "--script",
+                str(script),
             ],
             check=True,
         )
