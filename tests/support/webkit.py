@@ -150,14 +150,3 @@ def shot(page: Any, name: str) -> Path:
     path = SCREENSHOTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
     return path
-
-
-def logged_in(browser: Any, server: Server) -> tuple[Any, Any]:
-    """A new page logged in through the printed login URL; returns (page, watched)."""
-    context = browser.new_context(viewport={"width": 1200, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(20_000)
-    watched = watch(page)
-    page.goto(server.login_url)
-    page.wait_for_selector("table.sessions")
-    return page, watched

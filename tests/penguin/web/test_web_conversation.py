@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from webkit import Server, logged_in, penguin_serve, shot
+from webkit import Server, penguin_serve, shot
 
 TOOLS = [
     {
@@ -43,20 +43,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield s
 
 
-def test_r_web_1_login_removes_the_token_and_sets_a_strict_csp(
-    browser: Any, server: Server
-) -> None:
-    page, watched = logged_in(browser, server)
+def test_r_web_1_login_removes_the_token_and_sets_a_strict_csp(page: Any, server: Server) -> None:
     assert "token" not in page.url
     response = page.request.get(server.base + "/")
     csp = response.headers["content-security-policy"]
     assert "default-src 'self'" in csp and "script-src 'self'" in csp
     assert "unsafe-inline" not in csp
-    watched.check()
 
 
-def test_r_web_2_stream_tool_call_approval_and_fork(browser: Any, server: Server) -> None:
-    page, watched = logged_in(browser, server)
+def test_r_web_2_stream_tool_call_approval_and_fork(page: Any, server: Server) -> None:
     page.select_option("select[name=approval]", "ask")
     page.click("text=Create session")
     page.wait_for_selector(".composer textarea")
@@ -86,11 +81,9 @@ def test_r_web_2_stream_tool_call_approval_and_fork(browser: Any, server: Server
     assert page.url != first_url
     assert page.locator(".b-user").first.inner_text().endswith("What files are there?")
     shot(page, "web-fork")
-    watched.check()
 
 
-def test_r_web_3_steer_while_waiting_and_reload_mid_task(browser: Any, server: Server) -> None:
-    page, watched = logged_in(browser, server)
+def test_r_web_3_steer_while_waiting_and_reload_mid_task(page: Any, server: Server) -> None:
     row = server.api("POST", "/api/sessions", {"approval": "ask"})
     page.goto(f"{server.base}/#/s/{row['id']}")
     page.fill(".composer textarea", "List them")
@@ -111,4 +104,3 @@ def test_r_web_3_steer_while_waiting_and_reload_mid_task(browser: Any, server: S
     page.wait_for_selector(".b-user >> text=Also count them")
     page.wait_for_selector(".b-assistant >> text=All done:")
     shot(page, "web-steer")
-    watched.check()

@@ -7,6 +7,7 @@ import { markdown } from "./markdown.js";
 
 const PAGE = 150;
 const ATTACHED = /^\[attached image: (.+)\]$/;
+const STEERING = /^\[user_steering\]\n([\s\S]*?)\n\[\/user_steering\]$/;
 
 export class Transcript {
   constructor({ sessionId, onFork, onDecide, onRetryWait, onAuthFailure, onRequestBegin }) {
@@ -67,8 +68,10 @@ export class Transcript {
     if (p.role === "user") {
       const lines = (p.text || "").split("\n");
       const images = lines.map((l) => l.match(ATTACHED)).filter(Boolean).map((m) => m[1]);
-      const text = lines.filter((l) => !ATTACHED.test(l)).join("\n").trim();
-      return this.push({ kind: "user", text, images, position });
+      let text = lines.filter((l) => !ATTACHED.test(l)).join("\n").trim();
+      const steer = STEERING.exec(text);
+      if (steer) text = steer[1];
+      return this.push({ kind: "user", text, images, position, steer: Boolean(steer) });
     }
     return this.complete("text", "assistant", p.text, p, position);
   }
@@ -293,7 +296,7 @@ function imageSrc(sessionId, target) {
 const RENDER = {
   user(b, t) {
     return h("div", { class: "msg user" },
-      h("div", { class: "who" }, "You"),
+      h("div", { class: "who" }, "You", b.steer ? h("span", { class: "tag steer" }, "steering") : null),
       h("div", { class: "body plain" }, visible(b.text)),
       b.images.map((img) => h("img", { class: "shot", alt: "attached image", src: imageSrc(t.sessionId, img) })));
   },
