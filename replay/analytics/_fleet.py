@@ -19,7 +19,7 @@ from ._exceptions import AnalyticsError, AnalyticsUnavailable
 from ._load import load
 from ._reports import REPORTS
 from ._sources import TraceFile, files_from_glob, files_from_root
-from ._views import VIEWS, create_views
+from ._views import FOLD_READERS, VIEWS, create_views, store_fold
 
 if TYPE_CHECKING:
     import duckdb
@@ -54,6 +54,7 @@ class Fleet:
     def __init__(self, connection: duckdb.DuckDBPyConnection, files: list[TraceFile]) -> None:
         self.connection = connection
         self.files = files
+        self._fold_stored = False
 
     def __enter__(self) -> Fleet:
         return self
@@ -78,6 +79,10 @@ class Fleet:
         """Run one SQL statement; a DuckDB error becomes ``AnalyticsError`` with its text."""
         duckdb = _duckdb()
         try:
+            # The fold is computed on first use: a report on tool calls never pays for it.
+            if not self._fold_stored and FOLD_READERS.search(query):
+                store_fold(self.connection)
+                self._fold_stored = True
             cursor = self.connection.execute(query, parameters or [])
             columns = [d[0] for d in cursor.description or []]
             rows = cursor.fetchall() if columns else []

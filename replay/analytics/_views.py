@@ -16,12 +16,13 @@ a session (files by index, then lines); it is a position key, not a count.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     import duckdb
 
-__all__ = ["KIND", "RECORD_COLUMNS", "VIEWS", "create_views"]
+__all__ = ["FOLD_READERS", "KIND", "RECORD_COLUMNS", "VIEWS", "create_views", "store_fold"]
 
 #: The public views, in dependency order.
 VIEWS: Final = ("sessions", "records", "requests", "tool_calls", "usage", "diagnostics")
@@ -132,7 +133,7 @@ _SQL: Final = [
     # The Usage fold.  ``span_k``/``span_seq``: the last session_meta, request_begin or
     # request_end before the record (an open span is a request_begin there).
     """
-    CREATE OR REPLACE TEMP TABLE _fold AS
+    CREATE OR REPLACE TEMP VIEW _fold AS
     WITH base AS (
         SELECT *, lag(k) OVER (PARTITION BY sid ORDER BY seq) AS prev_k
         FROM _ev
@@ -262,8 +263,19 @@ _SQL: Final = [
 
 
 def create_views(con: duckdb.DuckDBPyConnection) -> None:
-    """Create the public views over ``_records``: the parts several views share (each record's
-    kind and position, the sessions, the fold's state per record) are computed once, as
-    tables; the public views themselves are computed by the query that reads them."""
+    """Create the public views over ``_records``: each record's kind and position and the
+    sessions are computed here, as tables; the fold (``_fold``, for ``requests`` and
+    ``usage``) is a view until ``store_fold``; the public views are computed by the query
+    that reads them."""
     for statement in _SQL:
         con.execute(statement)
+
+
+#: A query that reads these needs the fold.
+FOLD_READERS: Final = re.compile(r"\b(requests|usage)\b", re.IGNORECASE)
+
+
+def store_fold(con: duckdb.DuckDBPyConnection) -> None:
+    """Compute the fold once and keep it (``requests`` reads it three times per query)."""
+    con.execute("CREATE OR REPLACE TEMP TABLE _fold_stored AS SELECT * FROM _fold")
+    con.execute("CREATE OR REPLACE TEMP VIEW _fold AS SELECT * FROM _fold_stored")
