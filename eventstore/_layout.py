@@ -215,12 +215,18 @@ class DataRoot:
         """The highest-index file that is not crash residue (R-ROOT-10): the highest file is
         skipped when it holds no decodable ``session_meta``, or when its index is > 1 and it
         holds nothing but its rotation head.  ``FileNotFoundError`` when no file is left."""
+        return self.session_files(session_id, project=project, agent=agent)[1]
+
+    def session_files(
+        self, session_id: str, *, project: str | None = None, agent: str | None = None
+    ) -> tuple[list[Path], Path]:
+        """``(trace_files(...), latest_trace(...))`` from one search of the root: the files up
+        to and including the latest one are what resume folds."""
         files = self.trace_files(session_id, project=project, agent=agent)
-        if _is_residue(files[-1]):
-            files = files[:-1]
-        if not files:
+        used = files[:-1] if _is_residue(files[-1]) else files
+        if not used:
             raise FileNotFoundError(f"Session does not exist: {session_id}")
-        return files[-1]
+        return files, used[-1]
 
     def sessions(
         self, *, project: str | None = None, agent: str | None = None

@@ -94,8 +94,7 @@ def load_session(
     with ``store_summaries`` stored, best effort, in the sidecar — ``resume_session`` does,
     under the session's lock; read-only inspection changes no file).
     """
-    files = root.trace_files(session_id, project=project, agent=agent)
-    latest = root.latest_trace(session_id, project=project, agent=agent)
+    files, latest = root.session_files(session_id, project=project, agent=agent)
     used = files[: files.index(latest) + 1]
     state = SessionState()
     ctx = ModelContext()

@@ -258,6 +258,17 @@ def test_r_root_10_latest_trace_skips_a_rotation_head_only_file(root: DataRoot) 
     assert root.latest_trace(SID) == two
 
 
+def test_session_files_is_trace_files_and_latest_trace_in_one_search(root: DataRoot) -> None:
+    """Resume's one search of the root (R-TRACE-19: its cost must not grow with history)."""
+    one = session(root)
+    tools = b.tool_list_ready([], timestamp=TS)
+    two = put(root, SID, 2, meta(SID), tools)  # residue: the latest is still file 1
+    assert root.session_files(SID) == ([one, two], one)
+    put(root, SID, 2, meta(SID), tools, b.user_text("next", timestamp=TS))
+    assert root.session_files(SID) == ([one, two], two)
+    assert root.session_files(SID) == (root.trace_files(SID), root.latest_trace(SID))
+
+
 def test_r_root_10_first_file_with_meta_only_is_the_latest(root: DataRoot) -> None:
     one = put(root, SID, 1, meta(SID))
     assert root.latest_trace(SID) == one
