@@ -139,8 +139,8 @@ class GoalView:
             return True
         p = msg.payload
         if msg.origin is None and isinstance(p, GoalFinishedPayload):
-            plural = "s" if p.rounds != 1 else ""
-            line = f"[goal] {p.outcome} after {p.rounds} round{plural}, {p.tokens_used} tokens"
+            # R-GOAL-8 spells the line exactly, "rounds" even for one.
+            line = f"[goal] {p.outcome} after {p.rounds} rounds, {p.tokens_used} tokens"
             style = "bold green" if p.outcome == "complete" else "bold yellow"
             self._console.print(Text(line, style=style), soft_wrap=True)
         return False

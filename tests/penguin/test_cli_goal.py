@@ -100,8 +100,8 @@ def test_any_other_outcome_exits_1(
     assert result.exit_code == 1, result.output
     done = outcome(home, only_session(home))
     assert done.outcome == expected
-    plural = "s" if done.rounds != 1 else ""
-    assert f"[goal] {expected} after {done.rounds} round{plural}" in result.stdout
+    line = f"[goal] {expected} after {done.rounds} rounds, {done.tokens_used} tokens"
+    assert line in result.stdout.splitlines()
     assert "the goal did not complete (exit 1)" in result.output
     if expected == "budget_limited":
         assert "[goal] round 2 (wrap-up) (tokens used 2" in result.stdout
