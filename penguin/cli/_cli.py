@@ -10,6 +10,7 @@ never take a lock or modify a trace.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -50,7 +51,7 @@ app = typer.Typer(
         "aborted or out of turns); 2 usage or input error (missing file, not a trace, unknown "
         "session, no model configured, session locked by another process)."
     ),
-    no_args_is_help=True,
+    invoke_without_command=True,
     add_completion=False,
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
@@ -95,7 +96,8 @@ def _main(
         ),
     ] = False,
 ) -> None:
-    """Global options go before or after the command: penguin inspect SESSION --home DIR."""
+    """Global options go before or after the command: penguin inspect SESSION --home DIR.
+    Without a command, on a terminal: the chat (`penguin chat`)."""
     route_library_logs()  # what the libraries log reaches stderr
     with errors_to_exit_codes():
         if project is not None:
@@ -103,11 +105,21 @@ def _main(
         if agent is not None:
             validate_id(agent, what="agent")
     ctx.obj = Globals(home=home, project=project, agent=agent, init=init)
+    if ctx.invoked_subcommand is None:
+        if not sys.stdin.isatty():
+            typer.echo(ctx.get_help())
+            raise typer.Exit(0)
+        from ._chat_cmd import open_chat
+        from ._model import LlmOptions
+
+        with errors_to_exit_codes():
+            open_chat(ctx.obj, None, LlmOptions())
 
 
 def _register() -> None:
     """One line per command; each module owns its command."""
     from . import (
+        _chat_cmd,
         _config_cmd,
         _demo,
         _inspect_cmd,
@@ -119,6 +131,7 @@ def _register() -> None:
         _validate_cmd,
     )
 
+    app.command()(_chat_cmd.chat)
     app.command()(_run.run)
     app.command()(_resume.resume)
     app.command()(_sessions.sessions)
