@@ -29,7 +29,8 @@ from projections import markers as mk
 from ._images import fold_images
 
 if TYPE_CHECKING:
-    from ._session import Session, _Run
+    from ._run import Run
+    from ._session import Session
 
 __all__ = ["GOAL_FILE_NAME", "GOAL_MAX_ROUNDS", "GoalOptions", "GoalRun", "goal_yaml"]
 
@@ -161,7 +162,7 @@ class GoalRun:
 
     # ------------------------------------------------------------------ the loop
 
-    async def drive(self, run: _Run) -> None:
+    async def drive(self, run: Run) -> None:
         """Rounds until an outcome, then ``goal_finished`` (R-GOAL-3…6)."""
         session = self._session
         run.tap = self._tap
@@ -187,7 +188,7 @@ class GoalRun:
             if status != "active":
                 return self._finish(run, status)
 
-    async def _round(self, run: _Run, prompt: OmniMessage) -> None:
+    async def _round(self, run: Run, prompt: OmniMessage) -> None:
         """One round: an ordinary Task whose input is also yielded, right after it is written
         (as the reference does), so a host sees where each round starts and what it sent."""
 
@@ -222,5 +223,5 @@ class GoalRun:
         if msg.origin is not None and isinstance(p, TokenUsagePayload):
             self._subagent_tokens += max(0, p.request.total - p.request.cache_read)
 
-    def _finish(self, run: _Run, outcome: GoalOutcome) -> None:
-        self._session.emit(run, b.goal_finished(outcome, self._rounds, self._used()))
+    def _finish(self, run: Run, outcome: GoalOutcome) -> None:
+        self._session._emit(run, b.goal_finished(outcome, self._rounds, self._used()))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
 from eventstore import OmniMessage, StopReason, ToolDefinition
@@ -18,11 +19,16 @@ __all__ = [
     "LLM",
     "Approval",
     "ApproveFn",
+    "BindsScratchpad",
+    "DeclaresContextWindow",
     "Environment",
     "LLMOutcome",
     "LLMRequest",
+    "NamesModel",
+    "NamesProvider",
     "allow_all",
     "deny_all",
+    "llm_identity",
 ]
 
 Approval: TypeAlias = Literal["allow", "deny", "forbidden"]
@@ -67,8 +73,9 @@ class LLM(Protocol):
     """Streams partials, complete messages and ``token_usage``, then exactly one ``LLMOutcome``.
 
     Never raises into the engine (R-MSG-24); an implementation that raises anyway is treated as
-    ``failed`` with the exception text (R-RUN-3).  Optional attributes read by the engine:
-    ``provider``, ``model_id``, ``context_window`` (SPEC §2.2).
+    ``failed`` with the exception text (R-RUN-3).  Optional capabilities, each its own protocol
+    the engine checks with ``isinstance``: ``NamesProvider``, ``NamesModel``,
+    ``DeclaresContextWindow`` (SPEC §2.2).
     """
 
     vision: bool
@@ -91,3 +98,47 @@ class Environment(Protocol):
     def tool_permission(self, name: str) -> Literal["r", "rw"] | None: ...
 
     async def aclose(self) -> None: ...
+
+
+# --------------------------------------------------------------------------- optional capabilities
+
+
+@runtime_checkable
+class NamesProvider(Protocol):
+    """An LLM that says which provider it talks to (``session_meta.provider``)."""
+
+    provider: str
+
+
+@runtime_checkable
+class NamesModel(Protocol):
+    """An LLM that says which model it runs (``session_meta.model_id``)."""
+
+    model_id: str
+
+
+@runtime_checkable
+class DeclaresContextWindow(Protocol):
+    """An LLM that declares its context window (``session_meta``, compaction threshold)."""
+
+    context_window: int | None
+
+
+@runtime_checkable
+class BindsScratchpad(Protocol):
+    """An Environment that wants the session's scratchpad (archives, images, goal files)."""
+
+    def bind_scratchpad(self, path: Path) -> None: ...
+
+
+def llm_identity(llm: object) -> tuple[str, str, int | None]:
+    """``(provider, model_id, context_window)`` of ``llm``: what it declares, else ``custom``,
+    its class name and ``None`` (SPEC §2.2)."""
+    provider = llm.provider if isinstance(llm, NamesProvider) else None
+    model_id = llm.model_id if isinstance(llm, NamesModel) else None
+    window = llm.context_window if isinstance(llm, DeclaresContextWindow) else None
+    return (
+        str(provider or "custom"),
+        str(model_id or type(llm).__name__),
+        window if isinstance(window, int) and not isinstance(window, bool) else None,
+    )

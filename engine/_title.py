@@ -1,7 +1,7 @@
 """Session titles: one out-of-band request, never recorded (SPEC §12).
 
-Owns: the title material's sanitizing and the title request.  Does not: capture the material
-(the session does, R-TITLE-2) or touch history, the trace or the counters (R-TITLE-1).
+Owns: capturing the title material (R-TITLE-2), its sanitizing and the title request.  Does
+not: touch history, the trace or the counters (R-TITLE-1).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ._signal import AbortSignal
 if TYPE_CHECKING:
     from ._session import Session
 
-__all__ = ["generate_title", "sanitize_title"]
+__all__ = ["TitleCapture", "generate_title", "sanitize_title"]
 
 _USER_LIMIT = 2000
 _ASSISTANT_LIMIT = 1000
@@ -30,6 +30,39 @@ _EDGE = re.compile(
     r"^[\s\"'`“”‘’«»()\[\]{}<>「」『』【】]+|[\s\"'`“”‘’«»()\[\]{}<>「」『』【】]+\Z"
 )
 _TRAILING_PUNCT = re.compile(r"[\s.,;:!?。，；：！？、…]+\Z")
+
+
+class TitleCapture:
+    """R-TITLE-2: the user text of the first task that had some, and the assistant's texts in
+    answer to it; frozen once that task has ended."""
+
+    def __init__(self) -> None:
+        self.user: list[str] = []
+        self.assistant: list[str] = []
+        self._frozen = False
+        self._capturing = False
+
+    def prompt(self, prompt: list[OmniMessage]) -> None:
+        if self._frozen:
+            return
+        texts = [
+            m.payload.text
+            for m in prompt
+            if isinstance(m.payload, TextPayload) and m.payload.role == "user"
+        ]
+        if texts:
+            self.user = texts
+            self.assistant = []
+            self._capturing = True
+
+    def assistant_text(self, text: str) -> None:
+        if self._capturing:
+            self.assistant.append(text)
+
+    def task_ended(self) -> None:
+        self._capturing = False
+        if self.user:
+            self._frozen = True
 
 
 def _strip_markers(text: str) -> str:

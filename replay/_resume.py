@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from engine import DEFAULT_MAX_TURNS, LLM, Environment, Session, check_workspace
+from engine import LLM, Environment, Session, check_workspace
 from eventstore import (
     DataRoot,
     OmniMessage,
@@ -189,24 +189,19 @@ async def resume_session(
     except BaseException:
         writer.close()
         raise
-    session = Session(
+    session = Session.resume(
         llm=llm,
         environment=environment,
         root=data_root,
-        session_id=session_id,
         project=location.project,
         agent=location.agent,
-        date_dir=latest.parent.name,
         workspace=ws,
         meta=meta,
-        compaction=options.get("compaction", Session.DEFAULT_COMPACTION),
-        max_turns=options.get("max_turns", DEFAULT_MAX_TURNS),
-        retry=options.get("retry", Session.DEFAULT_RETRY),
-        fsync=fsync,
-        trace_path=latest,
         writer=writer,
         context=ctx,
         state=state,
+        fsync=fsync,
+        **{k: v for k, v in options.items() if k != "fsync"},
     )
     del files
     return session

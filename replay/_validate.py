@@ -195,7 +195,9 @@ class _Call:
 
 
 @dataclass(slots=True)
-class _Checker:
+class _State:
+    """One file's validation state and its reporting; the helpers every check group uses."""
+
     path: Path
     index: int | None
     name_id: str | None
@@ -263,137 +265,49 @@ class _Checker:
     prev_ts_text: str = ""
     prev_ts_line: int = 0
 
-    # ----------------------------------------------------------------- reporting
-
     def error(self, line: int, rule: str, message: str) -> None:
         self.findings.append(Finding(self.path, line, rule, "error", message))
 
     def warn(self, line: int, rule: str, message: str) -> None:
         self.findings.append(Finding(self.path, line, rule, "warning", message))
 
-    # ----------------------------------------------------------------- the pass
+    def _check_role(self, line: int, payload: Any) -> None:
+        allowed = _ROLES.get(type(payload))
+        if allowed is not None and payload.role not in allowed:
+            self.error(line, "V-19", f"{_KIND[type(payload)]} with role {payload.role!r}")
 
-    def run(self) -> None:
-        deferred: tuple[int, str] | None = None  # a malformed line not yet known to be the last
-        with self.path.open("rb") as f:
-            for line_no, raw, terminated in _raw_lines(f):
-                if raw is not None and not raw.strip():
-                    self.warn(line_no, "V-1", "blank line")
-                    continue
-                if deferred is not None:
-                    self.error(deferred[0], "V-1", f"malformed line: {deferred[1]}")
-                    deferred = None
-                if not terminated:
-                    # R-READ-2: readers drop a last line without its newline, decodable or not.
-                    self.warn(line_no, "V-1", "torn last line (no terminating newline)")
-                    break
-                if raw is None:
-                    deferred = (line_no, f"line longer than {_MAX_LINE_BYTES} bytes")
-                    continue
-                try:
-                    msg = decode(raw.strip())
-                except TraceDecodeError as exc:
-                    deferred = (line_no, str(exc))
-                    continue
-                self.feed(line_no, msg)
-        if deferred is not None:
-            self.warn(deferred[0], "V-1", f"torn last line: {deferred[1]}")
-        self.finish()
-
-    def feed(self, line: int, msg: OmniMessage) -> None:
-        payload = msg.payload
-        kind = _KIND.get(type(payload)) or _kind(msg)
-        self.n_records += 1
-        n = self.n_records
-        if n <= 2:
-            if n == 1:
-                self.first_kind, self.first_line = kind, line
-                self.only_head = kind == "session_meta"
-            else:
-                self.second_kind, self.second_line = kind, line
-                self.only_head = self.only_head and kind == "tool_list_ready"
-        else:
-            self.only_head = False
-
-        if self.strict:
-            self._check_timestamp(line, msg, kind)
-
-        # V-6: nothing may follow a completed compaction_end in its file.
-        if self.closed_end_line is not None:
-            if not self.closed_end_void:
-                self.error(
-                    self.closed_end_line,
-                    "V-6",
-                    f"completed compaction_end is not the last record of its file "
-                    f"({kind} follows at line {line})",
-                )
-            self.closed_end_line = None
-
-        # V-3: partials and origin-tagged records are never recorded; nothing else is checked on
-        # them (an origin-tagged output does not pair with this session's calls, R-SUB-2).
-        if isinstance(payload, PARTIAL_PAYLOAD_TYPES):
-            self.error(line, "V-3", f"partial record {kind}")
+    def _boundary(self) -> None:
+        """A record that starts a new run (R-RESUME-7b, R-RESUME-10): a failed attempt before it
+        was not retried, and calls of completed turns still waiting for an output were not
+        answered by an ``abort``'s case-A placeholder."""
+        if self.comp_line is None:
+            self.retry_pending = False
+            self.missing_retry_line = None
+        if not self.window:
             return
-        if msg.origin is not None:
-            self.error(line, "V-3", f"record with origin {msg.origin}")
-            return
-
-        if isinstance(payload, UnknownPayload):
-            self._check_unknown(line, msg, payload)
-        elif isinstance(payload, SessionMetaPayload):
-            self._on_meta(line, payload)
-        else:
-            if self.await_retry_line is not None or self.abort_line is not None:
-                self._check_sequencing(line, kind, payload)
-            handler = _HANDLERS.get(type(payload))
-            if handler is not None:
-                handler(self, line, payload)
-            if msg.type == "model_msg":
-                self.first_model_seen = True
-        self.prev_kind, self.prev_line = kind, line
-
-    # ----------------------------------------------------------------- V-13 / V-14
-
-    def _check_sequencing(self, line: int, kind: str, payload: Any) -> None:
-        if self.await_retry_line is not None:
-            # V-13: after a retry-stamped failure only its tool outputs (and a late token_usage,
-            # judged by V-11) may come before the retry, an abort or the span's compaction_end.
-            if isinstance(payload, ToolCallOutputPayload | TokenUsagePayload):
-                pass
+        keep: dict[str, int] = {}
+        for cid, line in self.window.items():
+            if cid in self.span_calls:
+                keep[cid] = line
             else:
-                ok = isinstance(payload, RequestBeginPayload | AbortPayload) or (
-                    isinstance(payload, CompactionEndPayload) and self.comp_line is not None
-                )
-                if not ok:
-                    self.warn(
-                        self.await_retry_line,
-                        "V-13",
-                        f"request_end with retry_in_ms is followed by {kind} (line {line}), "
-                        "not by a retry, an abort or the end of the file",
-                    )
-                self.await_retry_line = None
-        if self.abort_line is not None:
-            # V-14: an abort ends its run; what follows starts a new run or a manual compaction,
-            # or closes the span an R-TRACE-15a abort was written in.
-            ok = (
-                isinstance(payload, TextPayload | ImageUrlPayload | InlineDataPayload)
-                and payload.role == "user"
-            ) or isinstance(payload, ToolListReadyPayload | RequestBeginPayload)
-            if isinstance(payload, CompactionBeginPayload):
-                ok = not self.abort_in_comp and not self.abort_in_req
-            if isinstance(payload, RequestEndPayload):
-                ok = self.abort_in_req
-            elif isinstance(payload, CompactionEndPayload):
-                ok = self.abort_in_comp and not self.abort_in_req
-            if not ok:
-                self.warn(
-                    self.abort_line,
-                    "V-14",
-                    f"abort is followed by {kind} (line {line}), not by the start of a new run",
-                )
-            self.abort_line = None
+                self.suspects[cid] = line
+        self.window = keep
 
-    # ----------------------------------------------------------------- session_meta (V-2, V-17)
+    def _drop_span_calls(self) -> None:
+        for cid in self.span_calls:
+            self.window.pop(cid, None)
+        self.span_calls = set()
+
+    def _reset_ladder(self) -> None:
+        self.ladder_prev = None
+        self.ladder_capped = False
+
+
+class _RecordChecks(_State):
+    """Per-record checks: session_meta (V-2), unknown records, roles (V-19), images, tool lists,
+    MCP events, texts and timestamps (V-20)."""
+
+    __slots__ = ()
 
     def _on_meta(self, line: int, meta: SessionMetaPayload) -> None:
         if self.meta is not None:
@@ -406,8 +320,6 @@ class _Checker:
                 "V-17",
                 f"session_id {meta.session_id!r} differs from the file name's {self.name_id!r}",
             )
-
-    # ----------------------------------------------------------------- V-19
 
     def _check_unknown(self, line: int, msg: OmniMessage, payload: UnknownPayload) -> None:
         raw = payload.raw
@@ -429,11 +341,6 @@ class _Checker:
         elif tag in other:
             self.error(line, "V-19", f"payload type {tag} in a {msg.type} envelope")
 
-    def _check_role(self, line: int, payload: Any) -> None:
-        allowed = _ROLES.get(type(payload))
-        if allowed is not None and payload.role not in allowed:
-            self.error(line, "V-19", f"{_KIND[type(payload)]} with role {payload.role!r}")
-
     def _on_image(self, line: int, payload: ImageUrlPayload) -> None:
         self._check_role(line, payload)
         self._boundary()
@@ -448,8 +355,6 @@ class _Checker:
             if problem:
                 self.error(line, "V-19", f"mcp_connect_end result {i}: {problem}")
                 return
-
-    # ----------------------------------------------------------------- model messages
 
     def _on_text(self, line: int, payload: TextPayload) -> None:
         body = payload.text
@@ -474,6 +379,34 @@ class _Checker:
             elif mk.unwrap_synthetic_block(body) is not None:
                 self.warn(line, "V-15", "synthesized [turn_aborted]/[turn_retried] block written")
         self._boundary()
+
+    def _check_timestamp(self, line: int, msg: OmniMessage, kind: str) -> None:
+        if kind == "session_meta" or (kind == "tool_list_ready" and self.n_records == 2):
+            return  # rotated heads re-write old timestamps (R-TRACE-9)
+        payload = msg.payload
+        if (
+            isinstance(payload, TextPayload)
+            and payload.role == "user"
+            and mk.is_context_summary(payload.text)
+        ):
+            return  # stamped with its compaction_end's time (R-PROJ-3a)
+        key = _ts_key(msg.timestamp)
+        if key is None:
+            return
+        if self.prev_ts is not None and key < self.prev_ts:
+            self.warn(
+                line,
+                "V-20",
+                f"timestamp {msg.timestamp} is earlier than {self.prev_ts_text} "
+                f"(line {self.prev_ts_line})",
+            )
+        self.prev_ts, self.prev_ts_text, self.prev_ts_line = key, msg.timestamp, line
+
+
+class _PairingChecks(_RecordChecks):
+    """Calls, approvals and outputs pair up (V-7, V-8, V-9, V-10)."""
+
+    __slots__ = ()
 
     def _on_call(self, line: int, payload: ToolCallPayload) -> None:
         self._check_role(line, payload)
@@ -544,8 +477,6 @@ class _Checker:
                 f"{expected!r} with stop_reason aborted",
             )
 
-    # ----------------------------------------------------------------- events
-
     def _on_decision(self, line: int, payload: ApprovalDecisionPayload) -> None:
         cid = payload.tool_call_id
         if self.comp_line is not None:
@@ -571,6 +502,51 @@ class _Checker:
                 "V-8",
                 f"approval_decision for {cid} after its output (line {self.outputs[cid]})",
             )
+
+
+class _SpanChecks(_PairingChecks):
+    """Request spans, retries and aborts (V-4, V-11, V-12, V-13, V-14)."""
+
+    __slots__ = ()
+
+    def _check_sequencing(self, line: int, kind: str, payload: Any) -> None:
+        if self.await_retry_line is not None:
+            # V-13: after a retry-stamped failure only its tool outputs (and a late token_usage,
+            # judged by V-11) may come before the retry, an abort or the span's compaction_end.
+            if isinstance(payload, ToolCallOutputPayload | TokenUsagePayload):
+                pass
+            else:
+                ok = isinstance(payload, RequestBeginPayload | AbortPayload) or (
+                    isinstance(payload, CompactionEndPayload) and self.comp_line is not None
+                )
+                if not ok:
+                    self.warn(
+                        self.await_retry_line,
+                        "V-13",
+                        f"request_end with retry_in_ms is followed by {kind} (line {line}), "
+                        "not by a retry, an abort or the end of the file",
+                    )
+                self.await_retry_line = None
+        if self.abort_line is not None:
+            # V-14: an abort ends its run; what follows starts a new run or a manual compaction,
+            # or closes the span an R-TRACE-15a abort was written in.
+            ok = (
+                isinstance(payload, TextPayload | ImageUrlPayload | InlineDataPayload)
+                and payload.role == "user"
+            ) or isinstance(payload, ToolListReadyPayload | RequestBeginPayload)
+            if isinstance(payload, CompactionBeginPayload):
+                ok = not self.abort_in_comp and not self.abort_in_req
+            if isinstance(payload, RequestEndPayload):
+                ok = self.abort_in_req
+            elif isinstance(payload, CompactionEndPayload):
+                ok = self.abort_in_comp and not self.abort_in_req
+            if not ok:
+                self.warn(
+                    self.abort_line,
+                    "V-14",
+                    f"abort is followed by {kind} (line {line}), not by the start of a new run",
+                )
+            self.abort_line = None
 
     def _on_request_begin(self, line: int, payload: RequestBeginPayload) -> None:
         if self.req_line is not None:
@@ -663,10 +639,6 @@ class _Checker:
         elif retry < doubled:
             self.ladder_capped = True
 
-    def _reset_ladder(self) -> None:
-        self.ladder_prev = None
-        self.ladder_capped = False
-
     def _on_token_usage(self, line: int, payload: TokenUsagePayload) -> None:
         if self.req_line is not None:
             self.span_usage += 1
@@ -693,6 +665,12 @@ class _Checker:
         self.missing_retry_line = None
         # V-10: the calls still waiting were answered by case-A placeholders.
         self.window.clear()
+
+
+class _CompactionChecks(_SpanChecks):
+    """Compaction spans (V-5, V-6)."""
+
+    __slots__ = ()
 
     def _on_compaction_begin(self, line: int, payload: CompactionBeginPayload) -> None:
         if self.comp_line is not None:
@@ -746,55 +724,91 @@ class _Checker:
                 )
             self.closed_end_line, self.closed_end_void = line, void
 
-    # ----------------------------------------------------------------- V-10 helpers
 
-    def _drop_span_calls(self) -> None:
-        for cid in self.span_calls:
-            self.window.pop(cid, None)
-        self.span_calls = set()
+class _Checker(_CompactionChecks):
+    """One file's pass: decode each line, dispatch it to its check group, then the end-of-file
+    checks and the summary."""
 
-    def _boundary(self) -> None:
-        """A record that starts a new run (R-RESUME-7b, R-RESUME-10): a failed attempt before it
-        was not retried, and calls of completed turns still waiting for an output were not
-        answered by an ``abort``'s case-A placeholder."""
-        if self.comp_line is None:
-            self.retry_pending = False
-            self.missing_retry_line = None
-        if not self.window:
-            return
-        keep: dict[str, int] = {}
-        for cid, line in self.window.items():
-            if cid in self.span_calls:
-                keep[cid] = line
-            else:
-                self.suspects[cid] = line
-        self.window = keep
+    __slots__ = ()
 
-    # ----------------------------------------------------------------- V-20
+    def run(self) -> None:
+        deferred: tuple[int, str] | None = None  # a malformed line not yet known to be the last
+        with self.path.open("rb") as f:
+            for line_no, raw, terminated in _raw_lines(f):
+                if raw is not None and not raw.strip():
+                    self.warn(line_no, "V-1", "blank line")
+                    continue
+                if deferred is not None:
+                    self.error(deferred[0], "V-1", f"malformed line: {deferred[1]}")
+                    deferred = None
+                if not terminated:
+                    # R-READ-2: readers drop a last line without its newline, decodable or not.
+                    self.warn(line_no, "V-1", "torn last line (no terminating newline)")
+                    break
+                if raw is None:
+                    deferred = (line_no, f"line longer than {_MAX_LINE_BYTES} bytes")
+                    continue
+                try:
+                    msg = decode(raw.strip())
+                except TraceDecodeError as exc:
+                    deferred = (line_no, str(exc))
+                    continue
+                self.feed(line_no, msg)
+        if deferred is not None:
+            self.warn(deferred[0], "V-1", f"torn last line: {deferred[1]}")
+        self.finish()
 
-    def _check_timestamp(self, line: int, msg: OmniMessage, kind: str) -> None:
-        if kind == "session_meta" or (kind == "tool_list_ready" and self.n_records == 2):
-            return  # rotated heads re-write old timestamps (R-TRACE-9)
+    def feed(self, line: int, msg: OmniMessage) -> None:
         payload = msg.payload
-        if (
-            isinstance(payload, TextPayload)
-            and payload.role == "user"
-            and mk.is_context_summary(payload.text)
-        ):
-            return  # stamped with its compaction_end's time (R-PROJ-3a)
-        key = _ts_key(msg.timestamp)
-        if key is None:
-            return
-        if self.prev_ts is not None and key < self.prev_ts:
-            self.warn(
-                line,
-                "V-20",
-                f"timestamp {msg.timestamp} is earlier than {self.prev_ts_text} "
-                f"(line {self.prev_ts_line})",
-            )
-        self.prev_ts, self.prev_ts_text, self.prev_ts_line = key, msg.timestamp, line
+        kind = _KIND.get(type(payload)) or _kind(msg)
+        self.n_records += 1
+        n = self.n_records
+        if n <= 2:
+            if n == 1:
+                self.first_kind, self.first_line = kind, line
+                self.only_head = kind == "session_meta"
+            else:
+                self.second_kind, self.second_line = kind, line
+                self.only_head = self.only_head and kind == "tool_list_ready"
+        else:
+            self.only_head = False
 
-    # ----------------------------------------------------------------- end of file
+        if self.strict:
+            self._check_timestamp(line, msg, kind)
+
+        # V-6: nothing may follow a completed compaction_end in its file.
+        if self.closed_end_line is not None:
+            if not self.closed_end_void:
+                self.error(
+                    self.closed_end_line,
+                    "V-6",
+                    f"completed compaction_end is not the last record of its file "
+                    f"({kind} follows at line {line})",
+                )
+            self.closed_end_line = None
+
+        # V-3: partials and origin-tagged records are never recorded; nothing else is checked on
+        # them (an origin-tagged output does not pair with this session's calls, R-SUB-2).
+        if isinstance(payload, PARTIAL_PAYLOAD_TYPES):
+            self.error(line, "V-3", f"partial record {kind}")
+            return
+        if msg.origin is not None:
+            self.error(line, "V-3", f"record with origin {msg.origin}")
+            return
+
+        if isinstance(payload, UnknownPayload):
+            self._check_unknown(line, msg, payload)
+        elif isinstance(payload, SessionMetaPayload):
+            self._on_meta(line, payload)
+        else:
+            if self.await_retry_line is not None or self.abort_line is not None:
+                self._check_sequencing(line, kind, payload)
+            handler = _HANDLERS.get(type(payload))
+            if handler is not None:
+                handler(self, line, payload)
+            if msg.type == "model_msg":
+                self.first_model_seen = True
+        self.prev_kind, self.prev_line = kind, line
 
     def finish(self) -> None:
         if self.req_line is not None:

@@ -445,6 +445,116 @@ class _Settings:
     retry: RetryPolicy
 
 
+@dataclass
+class _Evidence:
+    """What a recorded trace says about the settings it ran with, folded record by record."""
+
+    notice_turns: int | None = None
+    mode: Literal["summarize", "discard"] | None = None
+    context_min: int | None = None
+    turns_min: int | None = None
+    prompt: str | None = None
+    awaiting_prompt: bool = False
+    base: int | None = None
+    later: list[tuple[int, int]] = field(default_factory=list)
+    cap: int = 0
+    max_attempt: int = 0
+    exhausted: int | None = None
+    compaction_max_attempt: int = 0
+    compaction_exhausted: int | None = None
+    in_compaction: bool = False
+    last_in_span: RequestEndPayload | None = None
+
+    def feed(self, p: object) -> None:
+        if isinstance(p, TextPayload):
+            if self.awaiting_prompt and p.role == "user":
+                self.prompt = p.text
+                self.awaiting_prompt = False
+            stated = mk.parse_max_turns_notice(p.text) if p.role == "assistant" else None
+            if stated is not None and self.notice_turns is None:
+                self.notice_turns = stated
+        elif isinstance(p, CompactionBeginPayload):
+            self._compaction_begin(p)
+        elif isinstance(p, CompactionEndPayload):
+            self._compaction_end(p)
+        elif isinstance(p, AbortPayload):
+            found = mk.parse_retries_exhausted(p.reason or "")
+            if found is not None and self.exhausted is None:
+                self.exhausted = found  # R-RETRY-10: the budget, spelled out
+        elif isinstance(p, RequestEndPayload):
+            self._request_end(p)
+
+    def _compaction_begin(self, p: CompactionBeginPayload) -> None:
+        self.in_compaction = True
+        self.mode = self.mode or p.mode
+        if p.reason == "context":
+            self.context_min = (
+                p.context if self.context_min is None else min(self.context_min, p.context)
+            )
+        elif p.reason == "turns":
+            self.turns_min = p.turns if self.turns_min is None else min(self.turns_min, p.turns)
+        if p.mode == "summarize" and self.prompt is None:
+            self.awaiting_prompt = True
+
+    def _compaction_end(self, p: CompactionEndPayload) -> None:
+        self.in_compaction = False
+        self.awaiting_prompt = False
+        # R-COMPACT-19: a failure after an unusable or transport-failed attempt spent the
+        # budget (an auth or permanent failure does not tell it).
+        last = self.last_in_span
+        if (
+            p.status == "failed"
+            and p.attempt
+            and last is not None
+            and (
+                last.status in ("completed", "timeout", "malformed")
+                or (last.status == "failed" and p.attempt > 1)
+            )
+        ):
+            self.compaction_exhausted = p.attempt - 1
+        self.last_in_span = None
+
+    def _request_end(self, p: RequestEndPayload) -> None:
+        attempt = p.attempt or 1
+        if p.retry_in_ms is not None:
+            self.cap = max(self.cap, p.retry_in_ms)
+            if attempt == 1:
+                self.base = p.retry_in_ms if self.base is None else self.base
+            else:
+                self.later.append((attempt, p.retry_in_ms))
+        if self.in_compaction:
+            self.compaction_max_attempt = max(self.compaction_max_attempt, attempt)
+            self.last_in_span = p
+        else:
+            self.max_attempt = max(self.max_attempt, attempt)
+
+    def retry(self) -> RetryPolicy:
+        """The reconnect ladder and budgets the trace shows (R-RETRY-3/8/10, R-COMPACT-19)."""
+        base = self.base
+        if base is None and self.later:
+            attempt, value = min(self.later)
+            base = max(1, value >> (attempt - 1))
+        default = RetryPolicy()
+        turn_budget = (
+            self.exhausted
+            if self.exhausted is not None
+            else max(default.max_reconnects, self.max_attempt)
+        )
+        compaction_budget = (
+            self.compaction_exhausted
+            if self.compaction_exhausted is not None
+            else max(turn_budget, self.compaction_max_attempt)
+        )
+        return RetryPolicy(
+            max_reconnects=turn_budget,
+            base_ms=base if base is not None else default.base_ms,
+            cap_ms=self.cap if self.cap else default.cap_ms,
+            compaction_max_reconnects=(
+                compaction_budget if compaction_budget != turn_budget else None
+            ),
+        )
+
+
 def _infer(
     located: list[Located],
     *,
@@ -454,106 +564,22 @@ def _infer(
     compaction_mode: Literal["summarize", "discard"] | None,
     retry: RetryPolicy | None,
 ) -> _Settings:
-    notice_turns: int | None = None
-    mode: Literal["summarize", "discard"] | None = None
-    context_min: int | None = None
-    turns_min: int | None = None
-    prompt: str | None = None
-    awaiting_prompt = False
-    base: int | None = None
-    later: list[tuple[int, int]] = []
-    cap = 0
-    max_attempt = 0
-    exhausted: int | None = None
-    compaction_max_attempt = 0
-    compaction_exhausted: int | None = None
-    in_compaction = False
-    last_in_span: RequestEndPayload | None = None
+    """The settings to replay with: the explicit ones, else what the trace shows."""
+    ev = _Evidence()
     for loc in located:
-        p = loc.record.payload
-        if isinstance(p, TextPayload):
-            if awaiting_prompt and p.role == "user":
-                prompt = p.text
-                awaiting_prompt = False
-            stated = mk.parse_max_turns_notice(p.text) if p.role == "assistant" else None
-            if stated is not None and notice_turns is None:
-                notice_turns = stated
-        elif isinstance(p, CompactionBeginPayload):
-            in_compaction = True
-            mode = mode or p.mode
-            if p.reason == "context":
-                context_min = p.context if context_min is None else min(context_min, p.context)
-            elif p.reason == "turns":
-                turns_min = p.turns if turns_min is None else min(turns_min, p.turns)
-            if p.mode == "summarize" and prompt is None:
-                awaiting_prompt = True
-        elif isinstance(p, CompactionEndPayload):
-            in_compaction = False
-            awaiting_prompt = False
-            # R-COMPACT-19: a failure after an unusable or transport-failed attempt spent the
-            # budget (an auth or permanent failure does not tell it).
-            last = last_in_span
-            if (
-                p.status == "failed"
-                and p.attempt
-                and last is not None
-                and (
-                    last.status in ("completed", "timeout", "malformed")
-                    or (last.status == "failed" and p.attempt > 1)
-                )
-            ):
-                compaction_exhausted = p.attempt - 1
-            last_in_span = None
-        elif isinstance(p, AbortPayload):
-            found = mk.parse_retries_exhausted(p.reason or "")
-            if found is not None and exhausted is None:
-                exhausted = found  # R-RETRY-10: the budget, spelled out
-        elif isinstance(p, RequestEndPayload):
-            attempt = p.attempt or 1
-            if p.retry_in_ms is not None:
-                cap = max(cap, p.retry_in_ms)
-                if attempt == 1:
-                    base = p.retry_in_ms if base is None else base
-                else:
-                    later.append((attempt, p.retry_in_ms))
-            if in_compaction:
-                compaction_max_attempt = max(compaction_max_attempt, attempt)
-                last_in_span = p
-            else:
-                max_attempt = max(max_attempt, attempt)
-    if base is None and later:
-        attempt, value = min(later)
-        base = max(1, value >> (attempt - 1))
-    if retry is None:
-        default = RetryPolicy()
-        turn_budget = (
-            exhausted if exhausted is not None else max(default.max_reconnects, max_attempt)
-        )
-        compaction_budget = (
-            compaction_exhausted
-            if compaction_exhausted is not None
-            else max(turn_budget, compaction_max_attempt)
-        )
-        retry = RetryPolicy(
-            max_reconnects=turn_budget,
-            base_ms=base if base is not None else default.base_ms,
-            cap_ms=cap if cap else default.cap_ms,
-            compaction_max_reconnects=(
-                compaction_budget if compaction_budget != turn_budget else None
-            ),
-        )
+        ev.feed(loc.record.payload)
     compaction = CompactionSettings(
         max_context_length=(
-            max_context_length if max_context_length is not None else (context_min or 0)
+            max_context_length if max_context_length is not None else (ev.context_min or 0)
         ),
         max_session_turns=(
-            max_session_turns if max_session_turns is not None else (turns_min or -1)
+            max_session_turns if max_session_turns is not None else (ev.turns_min or -1)
         ),
-        mode=compaction_mode or mode or "summarize",
-        prompt=prompt if prompt is not None else DEFAULT_COMPACTION_PROMPT,
+        mode=compaction_mode or ev.mode or "summarize",
+        prompt=ev.prompt if ev.prompt is not None else DEFAULT_COMPACTION_PROMPT,
     )
-    turns = max_turns if max_turns is not None else (notice_turns or DEFAULT_MAX_TURNS)
-    return _Settings(max_turns=turns, compaction=compaction, retry=retry)
+    turns = max_turns if max_turns is not None else (ev.notice_turns or DEFAULT_MAX_TURNS)
+    return _Settings(max_turns=turns, compaction=compaction, retry=retry or ev.retry())
 
 
 # --------------------------------------------------------------------------- replay
@@ -618,18 +644,44 @@ async def areplay_trace(
         retry=retry,
     )
     steps = _plan(located)
+    replayable, stopped, stop = _replayable(steps, len(located))
+    actual = await _rerun(located, meta, replayable, settings, stall_timeout=stall_timeout)
+    expected_lines, actual_lines, divergence = _compare(located, stop, actual)
+    if divergence is not None:
+        divergence = _with_structure(divergence, [loc.record for loc in located[:stop]], actual)
+    return ReplayResult(
+        matched=divergence is None,
+        runs_compared=sum(1 for s in replayable if s.kind == "run"),
+        runs_total=sum(1 for s in steps if s.kind == "run"),
+        divergence=divergence,
+        normalized=actual_lines,
+        expected=expected_lines,
+        stopped=stopped,
+    )
+
+
+def _replayable(steps: list[_Step], records: int) -> tuple[list[_Step], str | None, int]:
+    """The steps up to the first one that cannot be replayed, why it stopped there, and the
+    number of recorded records the comparison covers."""
     replayable: list[_Step] = []
-    stopped: str | None = None
-    stop = len(located)
     for step in steps:
         if step.unreplayable is not None:
             stopped = f"{step.kind} {len(replayable) + 1} contains {step.unreplayable}"
-            stop = step.start
-            break
+            return replayable, stopped, step.start if replayable else 0
         replayable.append(step)
-    if not replayable:
-        stop = 0
+    return replayable, None, records if replayable else 0
 
+
+async def _rerun(
+    located: list[Located],
+    meta: SessionMetaPayload,
+    replayable: list[_Step],
+    settings: _Settings,
+    *,
+    stall_timeout: float,
+) -> list[OmniMessage]:
+    """Re-run ``replayable`` in a scratch data root with the recorded answers; the records the
+    re-run wrote."""
     llm = ReplayLLM([loc.record for loc in located], mode="all")
     env = ReplayEnvironment.from_llm(llm, stall_timeout=stall_timeout)
     options: dict[str, Any] = {
@@ -674,18 +726,7 @@ async def areplay_trace(
             except FileNotFoundError:
                 files = []
             actual = [loc.record for loc in load_located(files)] if files else []
-    expected_lines, actual_lines, divergence = _compare(located, stop, actual)
-    if divergence is not None:
-        divergence = _with_structure(divergence, [loc.record for loc in located[:stop]], actual)
-    return ReplayResult(
-        matched=divergence is None,
-        runs_compared=sum(1 for s in replayable if s.kind == "run"),
-        runs_total=sum(1 for s in steps if s.kind == "run"),
-        divergence=divergence,
-        normalized=actual_lines,
-        expected=expected_lines,
-        stopped=stopped,
-    )
+    return actual
 
 
 def replay_trace(

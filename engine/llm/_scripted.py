@@ -332,16 +332,7 @@ def _parse_response(raw: Any, r: int) -> _Response:
         raise _bad(where, f"expected a list of items, got {raw_items!r}")
 
     # Pass 1: shape of every item, and where the failure (if any) sits.
-    kinds: list[str] = []
-    for n, item in enumerate(raw_items):
-        item_where = f"{where}[{n}]"
-        if not isinstance(item, dict):
-            raise _bad(item_where, f"expected an item object, got {item!r}")
-        found = [k for k in _ITEM_KINDS if k in item]
-        if len(found) != 1:
-            what = "no item kind" if not found else f"several item kinds {found}"
-            raise _bad(item_where, f"{what} (expected exactly one of {list(_ITEM_KINDS)})")
-        kinds.append(found[0])
+    kinds = _item_kinds(raw_items, where)
     fail: _Fail | None = None
     if "fail" in kinds:
         at = kinds.index("fail")
@@ -375,23 +366,10 @@ def _parse_response(raw: Any, r: int) -> _Response:
             if explicit is None and fail is not None and n == body_len - 1:
                 stop = fail.status
             items.append(_Segment(seg_kind, deltas, stop, fid))
-        elif kind == "tool_call":
-            calls += 1
-            _object(item, item_where, frozenset({"tool_call"}))
-            items.append(
-                _parse_tool_call(
-                    item["tool_call"], f"{item_where}.tool_call", f"call_{r + 1}_{calls}"
-                )
-            )
-        elif kind == "usage":
-            _object(item, item_where, frozenset({"usage"}))
-            items.append(_parse_usage(item["usage"], f"{item_where}.usage"))
-        elif kind == "sleep_ms":
-            _object(item, item_where, frozenset({"sleep_ms"}))
-            items.append(_Sleep(_int(item["sleep_ms"], f"{item_where}.sleep_ms", minimum=0)))
-        else:  # steer
-            _object(item, item_where, frozenset({"steer"}))
-            items.append(_Steer(_str(item["steer"], f"{item_where}.steer")))
+        else:
+            if kind == "tool_call":
+                calls += 1
+            items.append(_parse_item(item, kind, item_where, f"call_{r + 1}_{calls}"))
 
     final: _Usage | Literal["default"] | None
     if fail is not None or usage_option is False or "usage" in kinds:
@@ -401,6 +379,34 @@ def _parse_response(raw: Any, r: int) -> _Response:
     else:
         final = "default"
     return _Response(tuple(items), fail, final)
+
+
+def _item_kinds(raw_items: list[Any], where: str) -> list[str]:
+    """The kind of every item (exactly one kind key each)."""
+    kinds: list[str] = []
+    for n, item in enumerate(raw_items):
+        item_where = f"{where}[{n}]"
+        if not isinstance(item, dict):
+            raise _bad(item_where, f"expected an item object, got {item!r}")
+        found = [k for k in _ITEM_KINDS if k in item]
+        if len(found) != 1:
+            what = "no item kind" if not found else f"several item kinds {found}"
+            raise _bad(item_where, f"{what} (expected exactly one of {list(_ITEM_KINDS)})")
+        kinds.append(found[0])
+    return kinds
+
+
+def _parse_item(item: Any, kind: str, where: str, default_call_id: str) -> _Item:
+    """A ``tool_call``, ``usage``, ``sleep_ms`` or ``steer`` item."""
+    _object(item, where, frozenset({kind}))
+    value = item[kind]
+    if kind == "tool_call":
+        return _parse_tool_call(value, f"{where}.tool_call", default_call_id)
+    if kind == "usage":
+        return _parse_usage(value, f"{where}.usage")
+    if kind == "sleep_ms":
+        return _Sleep(_int(value, f"{where}.sleep_ms", minimum=0))
+    return _Steer(_str(value, f"{where}.steer"))
 
 
 def _parse_tools(raw: Any) -> tuple[ToolDefinition, ...]:

@@ -369,65 +369,23 @@ async def run_sse(
     response: httpx.Response | None = None
     events: _Events | None = None
     try:
-        try:
-            http_request = build()
-        except Exception as exc:
-            message = redact(f"{provider}: cannot build the request: {exc}", secret)
-            yield LLMOutcome("failed", message, permanent=True)
+        opened = await _open(client, build, guard, provider, secret)
+        if isinstance(opened, LLMOutcome):
+            yield opened
             return
-        try:
-            response = await guard(client.send(http_request, stream=True))
-        except Aborted:
-            yield LLMOutcome("aborted")
+        response, refused = opened
+        if refused is not None:
+            yield refused
             return
-        except Exception as exc:
-            yield transport_outcome(provider, exc, secret=secret)
-            return
-
-        if not 200 <= response.status_code < 300:
-            try:
-                body = await guard(_read_limited(response))
-            except Aborted:
-                yield LLMOutcome("aborted")
-                return
-            yield http_outcome(provider, response, body, secret=secret)
-            return
-        content_type = response.headers.get("content-type", "")
-        if content_type.startswith("application/json"):
-            try:
-                body = await guard(_read_limited(response))
-            except Aborted:
-                yield LLMOutcome("aborted")
-                return
-            detail = error_text(body)
-            message = f"{provider}: expected an event stream, got {content_type}: {detail}"
-            yield LLMOutcome("malformed", redact(message, secret))
-            return
-
         events = _Events(response)
         while True:
-            event = events.next()
-            failure: LLMOutcome | None = None
-            if event is None:
-                try:
-                    if await guard(events.fill()):
-                        continue
-                    failure = LLMOutcome(
-                        "timeout", f"{provider}: stream ended before {parser.terminator}"
-                    )
-                except Aborted:
-                    failure = LLMOutcome("aborted")
-                except Exception as exc:
-                    failure = transport_outcome(provider, exc, secret=secret)
-            elif guard.aborted:  # fired while the consumer held a message we yielded
-                failure = LLMOutcome("aborted")
-            if failure is not None:
-                parser.close(failure.status)
+            event = await _next_event(events, guard, provider, secret, parser.terminator)
+            if isinstance(event, LLMOutcome):
+                parser.close(event.status)
                 for msg in _emit(parser):
                     yield msg
-                yield failure
+                yield event
                 return
-            assert event is not None
             try:
                 step = parser.feed(event)
             except Exception as exc:  # a parser bug must not escape as an exception either
@@ -455,16 +413,66 @@ async def run_sse(
     finally:
         guard.close()
         with anyio.CancelScope(shield=True):
-            if events is not None:
-                try:
-                    await events.aclose()
-                except Exception:
-                    pass
-            if response is not None:
-                try:
-                    await response.aclose()
-                except Exception:
-                    pass
+            for closable in (events, response):
+                if closable is not None:
+                    try:
+                        await closable.aclose()
+                    except Exception:
+                        pass
+
+
+async def _next_event(
+    events: _Events, guard: AbortGuard, provider: str, secret: str | None, terminator: str
+) -> ServerSentEvent | LLMOutcome:
+    """The next event, or the failure that ends the stream: the body ended before the
+    terminator, a read error, or an abort (also one that fired while the consumer held a
+    message we yielded)."""
+    while True:
+        event = events.next()
+        if event is not None:
+            return LLMOutcome("aborted") if guard.aborted else event
+        try:
+            if not await guard(events.fill()):
+                return LLMOutcome("timeout", f"{provider}: stream ended before {terminator}")
+        except Aborted:
+            return LLMOutcome("aborted")
+        except Exception as exc:
+            return transport_outcome(provider, exc, secret=secret)
+
+
+async def _open(
+    client: httpx.AsyncClient,
+    build: Callable[[], httpx.Request],
+    guard: AbortGuard,
+    provider: str,
+    secret: str | None,
+) -> LLMOutcome | tuple[httpx.Response, LLMOutcome | None]:
+    """Send the request: the response with ``None`` when it is an event stream to read, the
+    response with the outcome that ends the call when it is not (an error status or a JSON
+    body), or the outcome alone when there is no response (the caller closes a response)."""
+    try:
+        http_request = build()
+    except Exception as exc:
+        message = redact(f"{provider}: cannot build the request: {exc}", secret)
+        return LLMOutcome("failed", message, permanent=True)
+    try:
+        response = await guard(client.send(http_request, stream=True))
+    except Aborted:
+        return LLMOutcome("aborted")
+    except Exception as exc:
+        return transport_outcome(provider, exc, secret=secret)
+    content_type = response.headers.get("content-type", "")
+    error_status = not 200 <= response.status_code < 300
+    if not error_status and not content_type.startswith("application/json"):
+        return response, None
+    try:
+        body = await guard(_read_limited(response))
+    except Aborted:
+        return response, LLMOutcome("aborted")
+    if error_status:
+        return response, http_outcome(provider, response, body, secret=secret)
+    message = f"{provider}: expected an event stream, got {content_type}: {error_text(body)}"
+    return response, LLMOutcome("malformed", redact(message, secret))
 
 
 def display_url(url: str) -> str:

@@ -286,14 +286,14 @@ class WriteFault:
     fired: bool = False
 
     def install(self, session: Session) -> WriteFault:
-        if session._writer is not None:
-            self._wrap(session._writer)
-        opener = session._open_writer
+        if session._rec.writer is not None:
+            self._wrap(session._rec.writer)
+        opener = session._rec._open_writer
 
         def open_writer() -> Any:
             return self._wrap(opener())
 
-        session._open_writer = open_writer  # type: ignore[method-assign]
+        session._rec._open_writer = open_writer  # type: ignore[method-assign]
         return self
 
     def _wrap(self, writer: Any) -> Any:
