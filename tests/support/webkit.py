@@ -145,8 +145,8 @@ def watch(page: Any) -> Watched:
     return w
 
 
-def shot(page: Any, name: str) -> Path:
+def shot(page: Any, name: str, *, full_page: bool = True) -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
+    page.screenshot(path=str(path), full_page=full_page)
     return path

@@ -99,8 +99,52 @@ def test_r_web_3_steer_while_waiting_and_reload_mid_task(page: Any, server: Serv
 
     page.fill(".composer textarea", "Also count them")
     page.click("button.steer")
-    page.wait_for_function("document.querySelector('.composer textarea').value === ''")
+    page.wait_for_function("() => document.querySelector('.composer textarea').value === ''")
     page.click(".tool button.approve")
     page.wait_for_selector(".b-user >> text=Also count them")
     page.wait_for_selector(".b-assistant >> text=All done:")
     shot(page, "web-steer")
+
+
+def _task_done(page: Any, server: Server) -> str:
+    sid: str = server.api("POST", "/api/sessions", {"approval": "allow-all"})["id"]
+    page.goto(f"{server.base}/#/s/{sid}")
+    page.fill(".composer textarea", "What files are there?")
+    page.click("button.send")
+    page.wait_for_selector(".b-assistant >> text=All done:")
+    page.wait_for_selector(".tag.state[data-state=idle]")
+    return sid
+
+
+def test_r_web_4_trace_view_timeline_and_the_request_at_a_record(page: Any, server: Server) -> None:
+    _task_done(page, server)
+    page.click("text=Trace view")
+    page.wait_for_selector(".records li.record")
+    assert page.locator(".files button.file").count() == 1
+    assert page.locator(".findings").inner_text() == "Validator: no findings in this file."
+    # The timeline: both request spans and the tool call as shapes on a time axis.
+    assert page.locator(".timeline-svg rect.span.request").count() == 2
+    assert page.locator(".timeline-svg rect.call").count() == 1
+    assert page.locator(".timeline-svg text.tick").count() == 5
+    positions = page.locator(".records li.record button.at").all_inner_texts()
+    assert positions[:3] == ["1:0", "1:1", "1:2"]
+    # The second request: the user text, the thinking, the reply, the call and its (new) output.
+    page.locator(".records li.record:has-text('request_begin') button.at").last.click()
+    page.wait_for_selector(".context .request-title")
+    messages = page.locator(".req-messages > li").all_inner_texts()
+    assert len(messages) == 5
+    assert "What files are there?" in messages[0]
+    assert messages[4].startswith("user tool_call_output") and "a.txt" in messages[4]
+    assert page.locator(".req-messages > li.new").count() == 1
+    shot(page, "web-trace")
+
+
+def test_r_web_4_usage_page_draws_its_charts(page: Any, server: Server) -> None:
+    _task_done(page, server)
+    page.click("text=Usage")
+    for chart in ("time", "session", "model"):
+        page.wait_for_selector(f".chart[data-chart={chart}] svg.bars g.bar rect")
+    models = page.locator(".chart[data-chart=model] svg.bars g.bar").count()
+    assert models == 1  # one scripted model
+    assert page.locator(".chart[data-chart=session] svg.bars g.bar").count() >= 1
+    shot(page, "web-usage")

@@ -70,8 +70,8 @@ export function fmtNum(n) {
   return Number(n || 0).toLocaleString();
 }
 
-/** Visible text for untrusted strings: control characters (terminal escapes) shown as ␛ etc. */
+/** Visible text for untrusted strings: control characters (terminal escapes) shown as \x1b. */
 export function visible(text) {
   return String(text ?? "").replace(/[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]/g,
-    (c) => (c === "\u001b" ? "␛" : `\\x${c.charCodeAt(0).toString(16).padStart(2, "0")}`));
+    (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, "0")}`);
 }

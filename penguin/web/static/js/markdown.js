@@ -62,7 +62,8 @@ export function markdown(source) {
   return frag;
 }
 
-const INLINE = /(`+)([\s\S]*?)\1|\*\*([^*]+)\*\*|__([^_]+)__|\*([^*\s][^*]*)\*|_([^_\s][^_]*)_|\[([^\]]*)\]\(([^)\s]*)\)/g;
+// Underscore emphasis only at word boundaries (snake_case and __dunder__ names stay as written).
+const INLINE = /(`+)([\s\S]*?)\1|\*\*([^*]+)\*\*|(?<!\w)__([^_]+)__(?!\w)|\*([^*\s][^*]*)\*|(?<!\w)_([^_\s][^_]*)_(?!\w)|\[([^\]]*)\]\(([^)\s]*)\)/g;
 
 export function inline(text) {
   const out = [];

@@ -177,5 +177,6 @@ function assignLanes(tools) {
 }
 
 function fmtMs(ms) {
+  if (ms < 10) return `${ms.toFixed(1)} ms`;
   return ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(ms < 10000 ? 2 : 1)} s`;
 }

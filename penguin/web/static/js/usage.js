@@ -38,13 +38,13 @@ function barChart(rows, group) {
   if (!rows.length) return h("p", { class: "muted" }, "No usage recorded yet.");
   const width = 900, left = 70, bottom = 60, top = 10, height = 260;
   const max = Math.max(1, ...rows.map((r) => r.cache_read + r.cache_write + r.output));
-  const bw = (width - left - 10) / rows.length;
+  const bw = Math.min(90, (width - left - 10) / rows.length);
   const y = (v) => top + (height - top - bottom) * (1 - v / max);
   const svg = s("svg", { viewBox: `0 0 ${width} ${height}`, class: "bars", role: "img", "aria-label": `tokens per ${group}` });
   for (let k = 0; k <= 4; k += 1) {
     const v = (max * k) / 4;
     svg.append(s("line", { x1: left, x2: width - 10, y1: y(v), y2: y(v), class: "grid" }),
-      s("text", { x: left - 6, y: y(v) + 4, class: "tick", "text-anchor": "end" }, fmtNum(Math.round(v))));
+      s("text", { x: left - 6, y: y(v) + 4, class: "tick", "text-anchor": "end" }, fmtNum(max >= 40 ? Math.round(v) : Math.round(v * 10) / 10)));
   }
   rows.forEach((r, i) => {
     let acc = 0;
