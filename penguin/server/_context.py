@@ -57,8 +57,7 @@ class ServerContext:
 
     def begin_shutdown(self) -> None:
         """SIGTERM (R-SRV-14): refuse new tasks, abort running ones, end every stream."""
-        self.host.begin_shutdown()
-        self.events.close()
+        self.host.begin_shutdown(then=self.events.close)
 
     async def refresh_index(self, *, max_age: float = 0.5) -> None:
         """Catch the index up (the watcher does it too; this bounds staleness for a reader)."""

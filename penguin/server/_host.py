@@ -52,7 +52,7 @@ from replay import fork_session, resume_session
 from ._channel import Channel
 from ._exceptions import ApiError
 from ._hosted import ApprovalMode, Hosted, Pending
-from ._traces import last_position
+from ._traces import last_position, records_between
 
 __all__ = ["EnvironmentFactory", "LLMFactory", "SessionHost"]
 
@@ -131,12 +131,23 @@ class SessionHost:
         finally:
             self._tg = None
 
-    def begin_shutdown(self) -> None:
-        """Refuse new tasks, abort running ones (as a user abort would), end the streams."""
+    def begin_shutdown(self, then: Callable[[], None] = lambda: None) -> None:
+        """Refuse new tasks, abort running ones (as a user abort would), and once they have
+        ended (their last records streamed) end the streams and call ``then``."""
         self.accepting = False
         for h in list(self._hosted.values()):
             self._abort(h)
+        if self._tg is not None:
+            self._tg.start_soon(self._close_streams, then)
+
+    async def _close_streams(self, then: Callable[[], None]) -> None:
+        with anyio.move_on_after(8):
+            for h in list(self._hosted.values()):
+                while h.busy is not None:
+                    await h.idle.wait()
+        for h in list(self._hosted.values()):
             h.channel.close()
+        then()
 
     async def shutdown(self) -> None:
         """R-SRV-14: stop accepting tasks, abort running ones as a user abort would, close."""
@@ -258,11 +269,18 @@ class SessionHost:
             except BaseException:
                 await _close_llm(llm)
                 raise
-            # Resume may have closed a dangling span: count positions from the file as it is.
-            h.position = await anyio.to_thread.run_sync(
-                last_position,
-                self.root.trace_files(h.id, project=h.project, agent=h.agent),
-            )
+            # Resume may have closed a dangling span (R-RESUME-14a): those records are the
+            # stream's too, published before anything the loaded session writes.
+            files = self.root.trace_files(h.id, project=h.project, agent=h.agent)
+            since = h.channel.last_record
+            upto = await anyio.to_thread.run_sync(last_position, files)
+            if upto > since:
+                closures = await anyio.to_thread.run_sync(
+                    lambda: list(records_between(files, since, upto))
+                )
+                for f, o, rec in closures:
+                    h.channel.publish_record(rec, f, o)
+            h.position = upto
             await self._hold(h, session, llm)
             return session
 
@@ -379,6 +397,8 @@ class SessionHost:
         h.pending.clear()
         h.busy, h.signal, h.queued_steering = None, None, 0
         self._announce(h)
+        idle, h.idle = h.idle, anyio.Event()
+        idle.set()
 
     def _announce(self, h: Hosted) -> None:
         h.announce_state()

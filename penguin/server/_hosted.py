@@ -68,6 +68,7 @@ class Hosted:
     published: anyio.Event = field(default_factory=anyio.Event)
     forget_listener: Any = None
     load_lock: anyio.Lock = field(default_factory=anyio.Lock)
+    idle: anyio.Event = field(default_factory=anyio.Event)  # set (and replaced) when a task ends
     title: str | None = None
 
     @property

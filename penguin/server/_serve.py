@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 import uvicorn
 
@@ -37,9 +38,19 @@ def _loopback(host: str) -> bool:
 
 
 class _Server(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, ctx: ServerContext) -> None:
+    def __init__(
+        self, config: uvicorn.Config, ctx: ServerContext, announce: Callable[[int], None] | None
+    ) -> None:
         super().__init__(config)
         self._ctx = ctx
+        self._announce = announce
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self.servers and self._announce is not None:
+            # The bound port (``--port 0`` picks a free one).
+            port = self.servers[0].sockets[0].getsockname()[1]
+            self._announce(port)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # Runs between bytecodes of the loop's thread: hand the work to the loop itself.
@@ -47,6 +58,9 @@ class _Server(uvicorn.Server):
         if loop is not None and not self.should_exit:
             loop.call_soon_threadsafe(self._ctx.begin_shutdown)
         super().handle_exit(sig, frame)
+        # uvicorn re-raises a captured signal after its graceful shutdown, which would end the
+        # process by the signal; a clean stop exits 0 (R-SRV-14).
+        self._captured_signals.clear()
 
 
 def serve(
@@ -60,9 +74,11 @@ def serve(
     workspace: str | Path | None = None,
     approval: ApprovalMode = "ask",
     log_level: str = "warning",
-    announce: Any = None,
+    announce: Callable[[str], None] | None = None,
 ) -> None:
-    """Serve until SIGINT/SIGTERM.  ``announce(url)`` is called with the login URL."""
+    """Serve until SIGINT/SIGTERM (which abort running tasks as a user abort would; exit
+    within 10 s).  Once bound, ``announce(url)`` gets the login URL (``port=0`` binds a free
+    port; the URL has the real one); without it the URL is printed on stderr."""
     if not _loopback(host) and not token:
         raise ServerError(
             f"refusing to bind {host} (not a loopback address) without an explicit --token"
@@ -77,12 +93,17 @@ def serve(
     )
     ctx: ServerContext = app.state.penguin
     shown = f"[{host}]" if ":" in host else host
-    url = f"http://{shown}:{port}/#token={ctx.token}"
-    if announce is None:
-        print(f"penguin serve: listening on http://{shown}:{port}", file=sys.stderr, flush=True)
-        print(f"penguin serve: open {url}", file=sys.stderr, flush=True)
-    else:
-        announce(url)
+
+    def bound(actual: int) -> None:
+        url = f"http://{shown}:{actual}/#token={ctx.token}"
+        if announce is None:
+            print(
+                f"penguin serve: listening on http://{shown}:{actual}", file=sys.stderr, flush=True
+            )
+            print(f"penguin serve: open {url}", file=sys.stderr, flush=True)
+        else:
+            announce(url)
+
     config = uvicorn.Config(
         app,
         host=host,
@@ -92,5 +113,5 @@ def serve(
         timeout_graceful_shutdown=5,
         access_log=False,
     )
-    server = _Server(config, ctx)
+    server = _Server(config, ctx, bound)
     asyncio.run(server.serve())

@@ -150,3 +150,50 @@ def payload_type(ev: SSE) -> str | None:
     d = ev.json
     p = d.get("payload", {})
     return p.get("type") if isinstance(p, dict) else None
+
+
+@dataclass
+class Child:
+    """A `penguin serve` child process on 127.0.0.1 (port 0)."""
+
+    process: Any
+    base: str
+
+
+async def start_server(
+    root: Path, script: Path, workspace: Path, *, approve: str = "allow-all"
+) -> Any:
+    """Start a `penguin serve` child (port 0); ``ready`` waits for its URL."""
+    import os
+    import subprocess
+    import sys
+
+    exe = os.path.join(os.path.dirname(sys.executable), "penguin")
+    args = [exe, "--home", str(root), "serve", "--port", "0", "--token", TOKEN]
+    args += ["--script", str(script), "--approve", approve, "--workspace", str(workspace)]
+    return await anyio.open_process(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+async def ready(proc: Any) -> Child:
+    import re
+
+    assert proc.stderr is not None
+    buf = b""
+    with anyio.fail_after(60):
+        while True:
+            try:
+                chunk = await proc.stderr.receive()
+            except anyio.EndOfStream:
+                raise RuntimeError(
+                    f"penguin serve did not start: {buf.decode(errors='replace')}"
+                ) from None
+            buf += chunk
+            m = re.search(rb"listening on (http://127\.0\.0\.1:\d+)", buf)
+            if m:
+                return Child(proc, m.group(1).decode())
+
+
+async def spawn_server(
+    root: Path, script: Path, workspace: Path, *, approve: str = "allow-all"
+) -> Child:
+    return await ready(await start_server(root, script, workspace, approve=approve))
