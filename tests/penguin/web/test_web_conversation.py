@@ -49,12 +49,17 @@ def test_r_web_1_login_removes_the_token_and_sets_a_strict_csp(page: Any, server
     csp = response.headers["content-security-policy"]
     assert "default-src 'self'" in csp and "script-src 'self'" in csp
     assert "unsafe-inline" not in csp
+    # The list is live: a session created elsewhere appears without a reload.
+    sid = server.api("POST", "/api/sessions", {})["id"]
+    page.wait_for_selector(f"table.sessions tr[data-id='{sid}']")
+    shot(page, "web-sessions")
 
 
 def test_r_web_2_stream_tool_call_approval_and_fork(page: Any, server: Server) -> None:
     page.select_option("select[name=approval]", "ask")
     page.click("text=Create session")
-    page.wait_for_selector(".composer textarea")
+    page.wait_for_selector(".compact-why >> text=nothing to compact yet")
+    assert page.locator("button.compact").is_disabled()
     page.fill(".composer textarea", "What files are there?")
     page.click("button.send")
     # Streamed text, then the tool call waiting for the user's decision.
@@ -71,6 +76,7 @@ def test_r_web_2_stream_tool_call_approval_and_fork(page: Any, server: Server) -
     page.wait_for_selector(".b-assistant >> text=All done:")
     page.wait_for_selector(".tag.state[data-state=idle]")
     assert page.locator(".tool .tag.decision").inner_text() == "approved"
+    page.wait_for_selector("button.compact:not([disabled])")  # a turn to compact now
     shot(page, "web-conversation")
     first_url = page.url
 
@@ -148,3 +154,31 @@ def test_r_web_4_usage_page_draws_its_charts(page: Any, server: Server) -> None:
     assert models == 1  # one scripted model
     assert page.locator(".chart[data-chart=session] svg.bars g.bar").count() >= 1
     shot(page, "web-usage")
+
+
+PNG_1PX = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+
+def test_r_web_3_pasted_image_is_sent_with_the_text(page: Any, server: Server) -> None:
+    sid = server.api("POST", "/api/sessions", {})["id"]
+    page.goto(f"{server.base}/#/s/{sid}")
+    page.fill(".composer textarea", "What is in this picture?")
+    page.evaluate(
+        """(b64) => {
+          const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+          const data = new DataTransfer();
+          data.items.add(new File([bytes], "shot.png", { type: "image/png" }));
+          const ev = new ClipboardEvent("paste", { clipboardData: data, bubbles: true });
+          document.querySelector(".composer textarea").dispatchEvent(ev);
+        }""",
+        PNG_1PX,
+    )
+    page.wait_for_selector(".thumbs img")
+    page.click("button.send")
+    page.locator(".tool button.approve").wait_for()
+    image = page.locator(".b-image img.shot")
+    assert image.count() == 1
+    assert image.get_attribute("src") == f"data:image/png;base64,{PNG_1PX}"
+    assert page.locator(".thumbs img").count() == 0  # the composer was cleared
+    page.click(".tool button.approve")
+    page.wait_for_selector(".b-assistant >> text=All done:")

@@ -18,6 +18,7 @@ export function conversationView(root, id) {
   let state = "idle";
   let retryTimer = null;
   let authLocked = false;
+  let stateEvents = 0;  // task_state events seen: a later one beats our own guess
 
   const showError = (err) => {
     errorBox.hidden = false;
@@ -84,8 +85,10 @@ export function conversationView(root, id) {
     else {
       const body = { input };
       if (goalOn.checked) body.goal = budget.value ? { budget: Number(budget.value) } : {};
+      const seen = stateEvents;
       ok = await call("/tasks", body);
-      if (ok) setState("running");
+      // The stream may already have said more (even "idle" for a quick task): it wins.
+      if (ok && seen === stateEvents) setState("running");
     }
     if (ok !== undefined) { text.value = ""; images = []; drawThumbs(); }
   }
@@ -167,7 +170,7 @@ export function conversationView(root, id) {
   // ------------------------------------------------------------ history, then the stream
   function onServer(ev) {
     switch (ev.type) {
-      case "task_state": setState(ev.state); if (ev.state === "idle") details(); break;
+      case "task_state": stateEvents += 1; setState(ev.state); if (ev.state === "idle") details(); break;
       case "approval_request": transcript.approval(ev.tool_call); break;
       case "title": title.textContent = ev.title; break;
       case "goal_round": goalTag.hidden = false; goalTag.textContent = `goal round ${ev.round} · ${ev.tokens_used} tokens`; break;
