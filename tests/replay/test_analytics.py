@@ -8,6 +8,7 @@ records the tolerant reader returns, and ``diagnostics`` equals the reader's dia
 
 from __future__ import annotations
 
+import random
 import re
 from collections import defaultdict
 from collections.abc import Iterator
@@ -345,3 +346,62 @@ def test_odd_but_valid_lines_are_records_as_the_reader_reads_them(tmp_path: Path
         assert rows == [(r.timestamp, r.type, r.origin is not None) for r in read.records]
         assert fleet.sql("SELECT count(*) FROM diagnostics").rows == [(len(read.diagnostics),)]
         assert _actual(fleet)["odd"] == _expected([path])
+
+
+def _random_script(rng: random.Random) -> dict[str, Any]:
+    responses: list[Any] = []
+    for turn in range(rng.randint(2, 6)):
+        kind = rng.choice(["text", "tools", "tools", "fail"])
+        if kind == "fail":
+            responses.append(
+                [{"fail": {"status": rng.choice(["timeout", "malformed"]), "message": "x"}}]
+            )
+            responses.append([{"text": f"after the retry {turn}"}])
+        elif kind == "tools":
+            calls = [
+                {
+                    "tool_call": {
+                        "name": rng.choice(["sh", "read"]),
+                        "arguments": {"n": i},
+                        "id": f"c{turn}_{i}",
+                        "result": {"output": "ok" * rng.randint(1, 9)},
+                    }
+                }
+                for i in range(rng.randint(1, 2))
+            ]
+            responses.append([{"text": "calling"}, *calls])
+            responses.append([{"text": f"done {turn}"}])
+        else:
+            responses.append([{"text": f"reply {turn}"}])
+    return {
+        "tools": [{"name": "sh", "description": "d"}, {"name": "read", "description": "d"}],
+        "responses": responses,
+    }
+
+
+@pytest.mark.anyio
+async def test_engine_written_random_sessions_equal_the_usage_projection(tmp_path: Path) -> None:
+    """Sessions the engine itself records (ScriptedLLM, retries, discard compactions that
+    rotate files), several tasks each: the views equal the projection."""
+    from enginekit import collect, make_env, make_session
+
+    from engine import CompactionSettings, allow_all
+    from eventstore import builders as b
+
+    env = make_env(tmp_path)
+    rng = random.Random(2121)
+    for _ in range(4):
+        compaction = CompactionSettings(max_context_length=rng.choice([5, 12]), mode="discard")
+        session, _ = await make_session(env, _random_script(rng), compaction=compaction)
+        async with session:
+            for task in range(rng.randint(1, 3)):
+                await collect(session.run([b.user_text(f"task {task}")], approve=allow_all))
+    sessions = {s.session_id: s.files for s in env.root.sessions()}
+    assert len(sessions) == 4
+    with open_fleet(home=env.home) as fleet:
+        numbers = _actual(fleet)
+        assert sum(len(numbers[sid]["rows"]) for sid in sessions) > 8
+        assert sum(numbers[sid]["retries"] for sid in sessions) > 0
+        assert any(len(files) > 1 for files in sessions.values())  # compactions rotated
+        for sid, files in sessions.items():
+            assert numbers[sid] == _expected(files), sid
