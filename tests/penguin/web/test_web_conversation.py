@@ -182,3 +182,18 @@ def test_r_web_3_pasted_image_is_sent_with_the_text(page: Any, server: Server) -
     assert page.locator(".thumbs img").count() == 0  # the composer was cleared
     page.click(".tool button.approve")
     page.wait_for_selector(".b-assistant >> text=All done:")
+
+
+def test_r_web_3_goal_mode_with_a_budget_shows_its_rounds(page: Any, server: Server) -> None:
+    sid = server.api("POST", "/api/sessions", {"approval": "allow-all"})["id"]
+    page.goto(f"{server.base}/#/s/{sid}")
+    page.check("input.goal-on")
+    page.fill("input.budget", "1")
+    page.fill(".composer textarea", "Make the files")
+    page.click("button.send")
+    # Round 1 spends more than the budget: one wrap-up round, then budget_limited.
+    page.wait_for_selector(".notice.goal >> text=Goal budget_limited after 2 rounds")
+    assert page.locator(".tag.goal-round").all_inner_texts() == ["goal round 1", "goal round 2"]
+    assert page.locator(".b-user .plain").first.inner_text() == "Make the files"
+    page.wait_for_selector(".tag.goal >> text=goal budget_limited · 2 rounds")
+    shot(page, "web-goal")

@@ -174,7 +174,10 @@ export function conversationView(root, id) {
       case "approval_request": transcript.approval(ev.tool_call); break;
       case "title": title.textContent = ev.title; break;
       case "goal_round": goalTag.hidden = false; goalTag.textContent = `goal round ${ev.round} · ${ev.tokens_used} tokens`; break;
-      case "goal_finished": goalTag.hidden = false; goalTag.textContent = `goal ${ev.outcome ?? "finished"}`; break;
+      case "goal_finished":
+        goalTag.hidden = false;
+        goalTag.textContent = `goal ${ev.outcome} · ${ev.rounds} rounds · ${ev.tokens_used} tokens`;
+        break;
       case "resync_required": transcript.dropOpen(); break;
       default: break;
     }

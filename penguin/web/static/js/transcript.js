@@ -71,7 +71,15 @@ export class Transcript {
       let text = lines.filter((l) => !ATTACHED.test(l)).join("\n").trim();
       const steer = STEERING.exec(text);
       if (steer) text = steer[1];
-      return this.push({ kind: "user", text, images, position, steer: Boolean(steer) });
+      let goal = null;
+      const end = text.startsWith("[goal]\n") ? text.indexOf("\n[/goal]") : -1;
+      if (end >= 0) {  // a goal round's input: the protocol block folded away, the body shown
+        const block = text.slice(0, end + 8);
+        const round = /\nround: (\d+)/.exec(block);
+        goal = { round: round ? round[1] : "?", block };
+        text = text.slice(end + 8).trim();
+      }
+      return this.push({ kind: "user", text, images, position, steer: Boolean(steer), goal });
     }
     return this.complete("text", "assistant", p.text, p, position);
   }
@@ -296,7 +304,10 @@ function imageSrc(sessionId, target) {
 const RENDER = {
   user(b, t) {
     return h("div", { class: "msg user" },
-      h("div", { class: "who" }, "You", b.steer ? h("span", { class: "tag steer" }, "steering") : null),
+      h("div", { class: "who" }, "You", b.steer ? h("span", { class: "tag steer" }, "steering") : null,
+        b.goal ? h("span", { class: "tag goal-round" }, `goal round ${b.goal.round}`) : null),
+      b.goal ? h("details", { class: "goal-block" }, h("summary", null, "goal instructions"),
+        h("pre", null, visible(b.goal.block))) : null,
       h("div", { class: "body plain" }, visible(b.text)),
       b.images.map((img) => h("img", { class: "shot", alt: "attached image", src: imageSrc(t.sessionId, img) })));
   },
