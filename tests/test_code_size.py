@@ -21,8 +21,6 @@ TEMPORARY: dict[str, str] = {
     "penguin/cli/_inspect.py:_Timeline.apply": "issue 15 (CLI rewrite)",
     "penguin/cli/_inspect_cmd.py:inspect": "issue 15 (CLI rewrite)",
     "penguin/cli/_resume.py:resume": "issue 15 (CLI rewrite)",
-    "penguin/server/_host.py:SessionHost": "issue 19 (penguin serve)",
-    "penguin/cli/_serve.py:serve": "issue 19 (penguin serve)",
 }
 
 

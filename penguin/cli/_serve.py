@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -73,14 +73,7 @@ def serve(
     from ._model import LlmOptions, build_llm, choose_model
 
     with errors_to_exit_codes():
-        try:
-            from penguin.server import ServerError
-            from penguin.server import serve as run_server
-        except ImportError as exc:  # the `server` extra is not installed
-            raise CliError(
-                f"penguin serve needs the server extra: pip install 'penguin-engine[server]' "
-                f"({safe(str(exc))})"
-            ) from None
+        server_error, run_server = _server_module()
         g = globals_of(ctx)
         options = LlmOptions(script, llm.value if llm else None, model, base_url, api_key_env)
         # The configured model, else exit 2: a server never falls back to a demo script.
@@ -106,5 +99,18 @@ def serve(
                 workspace=ws,
                 approval=approve.value,
             )
-        except ServerError as exc:
+        except server_error as exc:
             raise CliError(safe(str(exc))) from None
+
+
+def _server_module() -> tuple[type[Exception], Any]:
+    """``penguin.server``'s error root and ``serve``; exit 2 when the extra is missing."""
+    try:
+        from penguin.server import ServerError
+        from penguin.server import serve as run_server
+    except ImportError as exc:  # the `server` extra is not installed
+        raise CliError(
+            f"penguin serve needs the server extra: pip install 'penguin-engine[server]' "
+            f"({safe(str(exc))})"
+        ) from None
+    return ServerError, run_server

@@ -20,20 +20,16 @@ from typing import Any, Literal
 
 import anyio
 import anyio.abc
-import msgspec
 
 from engine import (
     LLM,
     AbortSignal,
-    Approval,
     CompactionSettings,
     Environment,
     GoalOptions,
     LocalEnvironment,
     RetryPolicy,
     Session,
-    allow_all,
-    deny_all,
 )
 from engine.llm import DEFAULT_SCRIPT, ScriptedEnvironment, ScriptedLLM
 from eventstore import (
@@ -41,17 +37,16 @@ from eventstore import (
     OmniMessage,
     SessionLocked,
     SessionMetaPayload,
-    ToolCallPayload,
-    encode,
     iter_trace,
     validate_id,
 )
 from penguin._goal import GoalRounds
 from replay import fork_session, resume_session
 
+from . import _controls as controls
 from ._channel import Channel
 from ._exceptions import ApiError
-from ._hosted import ApprovalMode, Hosted, Pending
+from ._hosted import ApprovalMode, Hosted
 from ._traces import last_position, records_between
 
 __all__ = ["EnvironmentFactory", "LLMFactory", "SessionHost"]
@@ -136,7 +131,7 @@ class SessionHost:
         ended (their last records streamed) end the streams and call ``then``."""
         self.accepting = False
         for h in list(self._hosted.values()):
-            self._abort(h)
+            controls.abort(h)
         if self._tg is not None:
             self._tg.start_soon(self._close_streams, then)
 
@@ -153,7 +148,7 @@ class SessionHost:
         """R-SRV-14: stop accepting tasks, abort running ones as a user abort would, close."""
         self.accepting = False
         for h in list(self._hosted.values()):
-            self._abort(h)
+            controls.abort(h)
         for h in list(self._hosted.values()):
             await self._unload(h)
             h.channel.close()
@@ -354,7 +349,7 @@ class SessionHost:
         h.task_seq += 1
         task_id = f"{h.id}.{h.task_seq}"
         h.signal = AbortSignal()
-        self._announce(h)
+        self.announce(h)
         self._group().start_soon(self._run_task, h, session, list(messages), thinking_level, goal)
         return task_id
 
@@ -370,7 +365,7 @@ class SessionHost:
         try:
             stream = session.run(
                 messages,
-                approve=self._approver(h),
+                approve=controls.approver(h, self.announce),
                 signal=h.signal,
                 thinking_level=thinking_level,
                 goal=goal,
@@ -396,70 +391,13 @@ class SessionHost:
             pending.done.set()
         h.pending.clear()
         h.busy, h.signal, h.queued_steering = None, None, 0
-        self._announce(h)
+        self.announce(h)
         idle, h.idle = h.idle, anyio.Event()
         idle.set()
 
-    def _announce(self, h: Hosted) -> None:
+    def announce(self, h: Hosted) -> None:
         h.announce_state()
         self._on_state(h)
-
-    def _approver(self, h: Hosted) -> Callable[[OmniMessage], Any]:
-        if h.approval == "allow-all":
-            return allow_all
-        if h.approval == "deny-all":
-            return deny_all
-
-        async def ask(call: OmniMessage) -> Approval:
-            if not isinstance(call.payload, ToolCallPayload):
-                return "deny"
-            await h.wait_published(call)
-            pending = Pending(call)
-            h.pending[pending.tool_call_id] = pending
-            h.server_event(
-                "approval_request", tool_call=msgspec.json.decode(encode(call)), origin=call.origin
-            )
-            self._announce(h)
-            await pending.done.wait()
-            return "allow" if pending.decision == "allow" else "deny"
-
-        return ask
-
-    def decide(self, h: Hosted, tool_call_id: str, decision: str) -> None:
-        pending = h.pending.pop(tool_call_id, None)
-        if pending is None:
-            if tool_call_id in h.decided:
-                raise ApiError(409, "already_decided", "this approval was already decided")
-            raise ApiError(404, "approval_not_found", "no such pending approval")
-        pending.decision = decision
-        h.decided.add(tool_call_id)
-        pending.done.set()
-        self._announce(h)
-
-    def _abort(self, h: Hosted) -> bool:
-        if h.signal is None:
-            return False
-        h.signal.abort()
-        for pending in h.pending.values():
-            pending.decision = "deny"
-            pending.done.set()
-        h.pending.clear()
-        return True
-
-    def abort(self, h: Hosted) -> bool:
-        """Abort the running task or compaction; ``False`` when idle."""
-        return self._abort(h)
-
-    def steer(self, h: Hosted, messages: Sequence[OmniMessage]) -> None:
-        session = h.session
-        if h.busy != "task" or session is None or not session.steer(messages):
-            raise ApiError(409, "not_running", "no task is running in this session")
-        h.queued_steering += 1
-        self._announce(h)
-
-    def retry_now(self, h: Hosted) -> bool:
-        session = h.session
-        return session is not None and session.skip_reconnect_wait()
 
     # ------------------------------------------------------------------ compaction, title
 
@@ -474,7 +412,7 @@ class SessionHost:
             h.busy = None
             raise
         h.signal = AbortSignal()
-        self._announce(h)
+        self.announce(h)
         self._group().start_soon(self._run_compaction, h, session)
 
     async def _run_compaction(self, h: Hosted, session: Session) -> None:

@@ -14,6 +14,7 @@ from engine import GoalOptions
 from eventstore import OmniMessage
 from eventstore import builders as b
 
+from . import _controls as controls
 from ._bodies import (
     MAX_IMAGE_BYTES,
     ApprovalBody,
@@ -69,7 +70,7 @@ async def task(request: Request) -> Response:
 async def abort(request: Request) -> Response:
     ctx = ctx_of(request)
     h = await ctx.host.get(request.path_params["id"])
-    if ctx.host.abort(h):
+    if controls.abort(h):
         return json_response({"aborted": True}, 202)
     return Response(status_code=204)
 
@@ -78,7 +79,7 @@ async def steer(request: Request) -> Response:
     ctx = ctx_of(request)
     h = await ctx.host.get(request.path_params["id"])
     body = await read_body(request, SteerBody, limit=ctx.body_limit)
-    ctx.host.steer(h, to_messages(body.input))
+    controls.steer(h, to_messages(body.input), ctx.host.announce)
     return json_response({"queued": True}, 202)
 
 
@@ -86,7 +87,7 @@ async def approve(request: Request) -> Response:
     ctx = ctx_of(request)
     h = await ctx.host.get(request.path_params["id"])
     body = await read_body(request, ApprovalBody, limit=ctx.body_limit)
-    ctx.host.decide(h, request.path_params["tool_call_id"], body.decision)
+    controls.decide(h, request.path_params["tool_call_id"], body.decision, ctx.host.announce)
     return Response(status_code=204)
 
 
@@ -94,7 +95,7 @@ async def retry_now(request: Request) -> Response:
     ctx = ctx_of(request)
     h = await ctx.host.get(request.path_params["id"])
     await _no_body(request, ctx.body_limit)
-    return json_response({"skipped": ctx.host.retry_now(h)})
+    return json_response({"skipped": controls.retry_now(h)})
 
 
 async def compact(request: Request) -> Response:
