@@ -94,7 +94,7 @@ def serve(
                 host=host,
                 port=port,
                 token=token,
-                llm_factory=llm_factory,  # type: ignore[arg-type]
+                llm_factory=llm_factory,
                 environment_factory=lambda m, w: environment_for(m, w),
                 workspace=ws,
                 approval=approve.value,
