@@ -9,31 +9,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import anyio
 import typer
-from rich.text import Text
 
-from engine import LLM, Session
 from eventstore import DEFAULT_AGENT, DEFAULT_PROJECT, DataRoot, TextPayload
-from replay import fork_session, resume_session
 
-from ._chat import Chat
-from ._clikit import CliError, Globals, err_console, errors_to_exit_codes, out_console
+from ._clikit import CliError, Globals, errors_to_exit_codes
 from ._config import load_config
-from ._diagnose import quiet_reader
-from ._inspect import read_numbered
-from ._listing import list_sessions, resolve_session_id
-from ._live import build_compaction, environment_for
-from ._model import (
-    LlmOptions,
-    build_llm,
-    check_same_model,
-    choose_approve,
-    choose_model,
-    close_llm,
-)
 from ._options import (
     ApproveOpt,
     BaseUrlOpt,
@@ -44,11 +27,13 @@ from ._options import (
     ModelOpt,
     ScriptOpt,
 )
-from ._render import short_id
-from ._resume import load
 from ._run import DEFAULT_SYSTEM_PROMPT, globals_of
 from ._safe import safe
-from ._task import checked_turns, checked_workspace
+
+if TYPE_CHECKING:
+    from engine import LLM, Session
+
+    from ._model import LlmOptions
 
 __all__ = ["chat", "open_chat"]
 
@@ -89,6 +74,8 @@ def chat(
     OBJECTIVE, /fork, /title, /sessions, /help, /exit.
     """
     with errors_to_exit_codes():
+        from ._model import LlmOptions
+
         opts = LlmOptions(
             script, llm.value if llm else None, model, base_url, api_key_env, change_model
         )
@@ -111,6 +98,13 @@ def open_chat(
     approve: str | None = None,
     max_turns: int | None = None,
 ) -> None:
+    import anyio
+
+    from ._listing import resolve_session_id
+    from ._model import build_llm, check_same_model, choose_approve, choose_model
+    from ._resume import load
+    from ._task import checked_turns, checked_workspace
+
     if not sys.stdin.isatty():
         raise CliError(
             "penguin chat needs a terminal (stdin is not one): use `penguin run -m TEXT` "
@@ -152,6 +146,12 @@ async def _chat(
     turns: int,
 ) -> None:
     """Open the session, chat; after ``/fork``, fork it and go on chatting in the fork."""
+    from rich.text import Text
+
+    from ._chat import Chat
+    from ._clikit import err_console, out_console
+    from ._model import close_llm
+
     history = root.home / ".cache" / "chat_history"
     history.parent.mkdir(mode=0o700, exist_ok=True)
     try:
@@ -186,6 +186,12 @@ async def _chat(
 async def _open(
     g: Globals, root: DataRoot, session_id: str | None, llm: LLM, ws: Path, turns: int
 ) -> Session:
+    from engine import Session
+    from replay import resume_session
+
+    from ._diagnose import quiet_reader
+    from ._live import build_compaction, environment_for
+
     environment = environment_for(llm, ws)
     compaction = build_compaction(
         max_context_length=None, max_session_turns=None, compaction_mode=None
@@ -218,6 +224,9 @@ async def _open(
 
 
 def _recent(g: Globals, root: DataRoot) -> list[str]:
+    from ._listing import list_sessions
+    from ._render import short_id
+
     rows = list_sessions(root, project=g.project, agent=g.agent, limit=10, top_level=True)
     return [
         f"  {short_id(r.session_id)}  {r.status:<12} {(r.first_prompt or '')[:50]}" for r in rows
@@ -226,6 +235,10 @@ def _recent(g: Globals, root: DataRoot) -> list[str]:
 
 def _fork_here(root: DataRoot, session: Session) -> str:
     """Fork at the last assistant text of the session's latest file (a completed task)."""
+    from replay import fork_session
+
+    from ._inspect import read_numbered
+
     numbered = read_numbered(session.trace_path)
     at = None
     for ordinal, (_line, record) in enumerate(numbered.records):

@@ -127,6 +127,7 @@ def _register() -> None:
         _resume,
         _run,
         _sessions,
+        _show,
         _stats_cmd,
         _validate_cmd,
     )
@@ -135,6 +136,7 @@ def _register() -> None:
     app.command()(_run.run)
     app.command()(_resume.resume)
     app.command()(_sessions.sessions)
+    app.command()(_show.show)
     app.command()(_inspect_cmd.inspect)
     app.command()(_validate_cmd.validate)
     app.command()(_replay_cmd.replay)

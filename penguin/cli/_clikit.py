@@ -125,7 +125,13 @@ def out_console() -> Console:
     """
     from rich.console import Console
 
-    console = Console(
+    class _PipeAware(Console):
+        def on_broken_pipe(self) -> None:
+            # rich exits 1 here; a reader that stopped reading (``| head``) is no error:
+            # the command's error handling turns this into a quiet exit 0.
+            raise BrokenPipeError
+
+    console = _PipeAware(
         highlight=False, markup=False, emoji=False, no_color=_no_color(), soft_wrap=False
     )
     if not console.is_terminal and "COLUMNS" not in os.environ:
@@ -161,6 +167,7 @@ def errors_to_exit_codes(*, as_json: bool = False) -> Iterator[None]:
     try:
         with warnings_reported():
             yield
+        sys.stdout.flush()  # a closed pipe shows here at the latest, where it is handled
     except typer.Exit:
         raise
     except BrokenPipeError:

@@ -193,4 +193,21 @@ def _follow(path: Path, *, as_json: bool) -> None:
         Text(f"following {safe(str(path), keep_newlines=False)} (Ctrl-C to stop)", style="dim"),
         soft_wrap=True,
     )
+    if not _being_written(path):
+        err_console().print(
+            Text(
+                "nobody is writing this session now (no live process holds its lock): "
+                "waiting for new records; Ctrl-C to stop",
+                style="yellow",
+            ),
+            soft_wrap=True,
+        )
     anyio.run(follow, path, emit)
+
+
+def _being_written(path: Path) -> bool:
+    from ._clikit import trace_name
+    from ._listing import holder_alive
+
+    name = trace_name(path)
+    return name is not None and holder_alive(path.parent / f"{name[0]}.lock")

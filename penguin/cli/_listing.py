@@ -38,7 +38,7 @@ from ._safe import safe
 if TYPE_CHECKING:
     from projections import SessionState
 
-__all__ = ["SessionRow", "list_sessions", "resolve_session_id", "summarize"]
+__all__ = ["SessionRow", "holder_alive", "list_sessions", "resolve_session_id", "summarize"]
 
 _PROMPT_CHARS: Final = 200
 
@@ -78,7 +78,7 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-def _holder_alive(lock: Path) -> bool:
+def holder_alive(lock: Path) -> bool:
     try:
         pid = int(lock.read_text(encoding="ascii", errors="replace").split()[0])
     except (OSError, ValueError, IndexError):
@@ -156,7 +156,7 @@ def _open_status(row: SessionRow) -> None:
     (decided at each listing, never cached)."""
     if row.open and row.error is None:
         lock = row.latest.parent / f"{row.session_id}.lock"
-        row.status = "running" if _holder_alive(lock) else "interrupted"
+        row.status = "running" if holder_alive(lock) else "interrupted"
 
 
 def _to_cached(row: SessionRow, keys: list[FileKey]) -> Cached:

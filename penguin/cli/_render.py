@@ -26,6 +26,7 @@ was its own, so that other call is free again for the next child.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Final, TypeAlias
 
@@ -52,9 +53,10 @@ from eventstore import (
 )
 from eventstore.partials import Fragment, fragment
 
+from ._labels import request_label, tool_end_label
 from ._safe import safe
 
-__all__ = ["StreamRenderer", "short_id"]
+__all__ = ["StreamRenderer", "coloured", "short_id"]
 
 _OUTPUT_PREVIEW: Final = 2000
 # A tool that prints more than this many lines live is cut short on screen (the trace has all).
@@ -63,6 +65,25 @@ _THINKING: Final = "dim italic"
 
 Origin: TypeAlias = tuple[str, ...]
 """Whose message: ``()`` for the session being run, else its ``origin`` (outer→inner)."""
+
+
+_SGR: Final = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def coloured(text: str, *, colour: bool, style: str = "") -> Text:
+    """``text`` made terminal-safe except for its SGR colour sequences (``ESC [ … m``), which
+    become styles when ``colour`` and are dropped otherwise.  Only SGR survives ``safe()``, so
+    nothing else a tool printed can act on the terminal."""
+    parts: list[str] = []
+    pos = 0
+    for m in _SGR.finditer(text):
+        parts.append(safe(text[pos : m.start()], keep_newlines=False))
+        if colour:
+            parts.append(m.group(0))
+        pos = m.end()
+    parts.append(safe(text[pos:], keep_newlines=False))
+    joined = "".join(parts)
+    return Text.from_ansi(joined, style=style) if colour else Text(joined, style=style)
 
 
 def short_id(session_id: str) -> str:
@@ -103,6 +124,7 @@ class StreamRenderer:
         self._pending: dict[Origin, set[str]] = {}  # dispatched calls without an output yet
         self._spawns: dict[Origin, dict[str, _Spawn]] = {}  # run_subagent calls, call order
         self._children: dict[Origin, str | None] = {}  # child session → spawning call id
+        self._denied: set[tuple[Origin, str]] = set()  # calls the approval refused
 
     # ------------------------------------------------------------------ output primitives
 
@@ -115,10 +137,14 @@ class StreamRenderer:
             return ""
         return "  " * len(origin) + f"{short_id(origin[-1])} │ "
 
-    def _line(self, origin: Origin, text: str, style: str = "") -> None:
+    def _line(self, origin: Origin, text: str | Text, style: str = "") -> None:
         """Print ``text`` (already safe) as whole lines, each led by ``origin``'s prefix."""
         self._break()
         lead = self._lead(origin)
+        if isinstance(text, Text):  # one line, already styled
+            line = Text(lead, style=style) + text if lead else text
+            self._c.print(line, soft_wrap=True, highlight=False)
+            return
         body = text if not lead else "\n".join(lead + part for part in text.split("\n"))
         self._c.print(Text(body, style=style), soft_wrap=True, highlight=False)
 
@@ -186,6 +212,7 @@ class StreamRenderer:
         elif isinstance(p, ApprovalDecisionPayload):
             if p.decision != "allow":
                 self._spawns.get(origin, {}).pop(p.tool_call_id, None)
+                self._denied.add((origin, p.tool_call_id))
             self._line(
                 origin,
                 f"[approval] {p.decision} {safe(p.tool_call_id, keep_newlines=False)}",
@@ -201,13 +228,15 @@ class StreamRenderer:
                 self._line(
                     origin,
                     f"[retry] attempt {p.attempt}, next in {p.retry_in_ms} ms"
-                    f" ({p.status}: {safe(p.error_message or '', keep_newlines=False)})",
+                    f" ({request_label(p.status, p.error_message)}: "
+                    f"{safe(p.error_message or '', keep_newlines=False)})",
                     "yellow",
                 )
             elif p.status != "completed":
                 self._line(
                     origin,
-                    f"[request {p.status}] {safe(p.error_message or '', keep_newlines=False)}",
+                    f"[request {request_label(p.status, p.error_message)}] "
+                    f"{safe(p.error_message or '', keep_newlines=False)}",
                     "red",
                 )
         elif isinstance(p, CompactionBeginPayload):
@@ -336,14 +365,21 @@ class StreamRenderer:
             return
         stream.lines += 1
         tag = f"[{safe(call_id, keep_newlines=False)}] " if stream.tagged else ""
-        self._line(origin, f"  {tag}{safe(line, keep_newlines=False)}", "green")
+        self._line(origin, Text(f"  {tag}", style="green") + self._tool_text(line), "green")
+
+    def _tool_text(self, line: str) -> Text:
+        """A line of tool output: its SGR colours kept on a colour terminal (stripped
+        elsewhere); every other control sequence escaped as always."""
+        c = self._c
+        return coloured(line, colour=c.is_terminal and not c.no_color, style="green")
 
     def _tool_output(self, origin: Origin, p: ToolCallOutputPayload) -> None:
         self._flush_tool(origin, p.tool_call_id)
         self._pending.get(origin, set()).discard(p.tool_call_id)
         self._release(origin, p.tool_call_id)
         stream = self._tools.pop((origin, p.tool_call_id), None)
-        status = p.stop_reason or "completed"
+        denied = (origin, p.tool_call_id) in self._denied
+        status = tool_end_label(p.stop_reason, denied=denied)
         self._line(
             origin, f"[output {safe(p.tool_call_id, keep_newlines=False)} {status}]", "green"
         )
@@ -351,7 +387,11 @@ class StreamRenderer:
             body = p.output
             if len(body) > _OUTPUT_PREVIEW:
                 body = body[:_OUTPUT_PREVIEW] + f"… ({len(p.output)} chars)"
-            self._line(origin, safe(body), "green")
+            if _SGR.search(body) is None:
+                self._line(origin, safe(body), "green")
+            else:
+                for part in body.split("\n"):
+                    self._line(origin, self._tool_text(part), "green")
         if p.images:
             self._line(origin, f"  ({len(p.images)} image(s))", "dim")
 
