@@ -5,6 +5,7 @@ and the exact request), a failed ``auth`` request locks the composer until dismi
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -158,3 +159,105 @@ def test_r_web_2_five_thousand_messages_open_incrementally(page: Any, server: Se
     )
     page.locator(".transcript .more").scroll_into_view_if_needed()
     shot(page, "web-long-session", full_page=False)
+
+
+PNG_1PX = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+ATTACHED = "\n\n[attached image: /home/u/.penguin/scratchpad/upload-0000beef.png]"
+
+
+def _crafted_trace(sid: str) -> str:
+    """Two parallel tool calls answered out of order, a failed attempt and its retry."""
+
+    def rec(ms: int, kind: str, payload: dict[str, Any]) -> str:
+        ts = f"2026-11-29T11:00:00.{ms:03d}Z"
+        return json.dumps({"timestamp": ts, "type": kind, "payload": payload})
+
+    meta = {
+        "session_id": sid,
+        "provider": "scripted",
+        "model_id": "script",
+        "model_context_window": 200000,
+        "system_prompt": "",
+        "agent_state": "/agent/state",
+        "workspace": "/workspace",
+    }
+
+    def call(i: str) -> dict[str, Any]:
+        args = json.dumps({"cmd": f"job {i}"})
+        return {
+            "type": "tool_call",
+            "role": "assistant",
+            "name": "exec_command",
+            "arguments": args,
+            "tool_call_id": f"call_{i}",
+            "stop_reason": "completed",
+        }
+
+    def output(i: str) -> dict[str, Any]:
+        return {
+            "type": "tool_call_output",
+            "role": "user",
+            "output": f"out {i}",
+            "tool_call_id": f"call_{i}",
+            "stop_reason": "completed",
+        }
+
+    def allow(i: str) -> dict[str, Any]:
+        return {"type": "approval_decision", "decision": "allow", "tool_call_id": f"call_{i}"}
+
+    records = [
+        rec(0, "session_meta", meta),
+        rec(1, "model_msg", {"type": "text", "role": "user", "text": "run both" + ATTACHED}),
+        rec(2, "event_msg", {"type": "request_begin"}),
+        rec(3, "model_msg", call("a")),
+        rec(3, "event_msg", allow("a")),
+        rec(4, "model_msg", call("b")),
+        rec(4, "event_msg", allow("b")),
+        rec(5, "event_msg", {"type": "request_end", "status": "completed"}),
+        rec(50, "model_msg", output("b")),
+        rec(90, "model_msg", output("a")),
+        rec(91, "event_msg", {"type": "request_begin"}),
+        rec(
+            95,
+            "event_msg",
+            {
+                "type": "request_end",
+                "status": "timeout",
+                "error_message": "idle timeout",
+                "attempt": 1,
+                "retry_in_ms": 250,
+            },
+        ),
+        rec(345, "event_msg", {"type": "request_begin"}),
+        rec(
+            350,
+            "model_msg",
+            {"type": "text", "role": "assistant", "text": "Both done.", "stop_reason": "completed"},
+        ),
+        rec(351, "event_msg", {"type": "request_end", "status": "completed", "attempt": 2}),
+    ]
+    return "\n".join(records) + "\n"
+
+
+def test_r_web_2_parallel_calls_tagged_and_retries_marked(page: Any, server: Server) -> None:
+    sid = "session-2026-11-29-11-00-00-pa11e1aa"
+    server.api("POST", "/api/traces/import", {"jsonl": _crafted_trace(sid)})
+    pad = server.home / "default_project" / "agents" / "default_agent" / "scratchpad" / sid
+    pad.mkdir(parents=True)
+    (pad / "upload-0000beef.png").write_bytes(base64.b64decode(PNG_1PX))
+    page.goto(f"{server.base}/#/s/{sid}")
+    page.wait_for_selector(".b-assistant >> text=Both done.")
+    assert page.locator(".tool .tag.parallel").all_inner_texts() == ["parallel 1/2", "parallel 2/2"]
+    outputs = page.locator(".tool .output").all_inner_texts()
+    assert outputs == ["out a", "out b"]  # each output under its own call
+    retry = page.locator(".notice.retry").inner_text()
+    assert retry == "[retry] attempt 1 failed (timeout: idle timeout), next in 250 ms"
+    assert page.locator(".retry-wait").is_hidden()  # history: no live countdown
+    # The attached image comes from the session's scratchpad, not as a path in the text.
+    assert page.locator(".b-user .plain").inner_text() == "run both"
+    page.wait_for_function("() => document.querySelector('.b-user img.shot').naturalWidth === 1")
+    page.click("text=Trace view")
+    page.wait_for_selector(".timeline-svg")
+    assert page.locator(".timeline-svg rect.call").count() == 2
+    assert page.locator(".timeline-svg rect.span.request").count() == 3
+    shot(page, "web-parallel-trace")

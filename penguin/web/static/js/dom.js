@@ -1,5 +1,5 @@
 // Owns: building DOM nodes. Every string becomes a Text node, never markup (R-WEB-5):
-// there is no innerHTML anywhere in the Web App.
+// the Web App never assigns HTML strings (tests/penguin/web/test_web_static.py checks).
 
 /** h("div", {class: "x", onclick: fn}, "text", childNode, [more]) */
 export function h(tag, attrs, ...children) {
