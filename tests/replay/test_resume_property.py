@@ -50,6 +50,7 @@ from hypothesis import strategies as st
 from engine import (
     AbortSignal,
     CompactionSettings,
+    GoalOptions,
     LLMRequest,
     RetryPolicy,
     Session,
@@ -72,7 +73,7 @@ from projections import markers as mk
 from replay import resume_session, validate_session
 
 EXTENDED = bool(os.environ.get("PENGUIN_EXTENDED"))
-EXAMPLES = 150 if EXTENDED else 8
+EXAMPLES = 150 if EXTENDED else 10
 CUT_SAMPLE = 1.0 if EXTENDED else 0.3  # boundary cuts resumed (at-rest cuts always are)
 TORN_SAMPLE = 1.0 if EXTENDED else 0.1  # cuts inside a record
 DAMAGE_SAMPLE = 0.5 if EXTENDED else 0.06  # damaged middle lines
@@ -122,7 +123,7 @@ def is_compaction(request: LLMRequest) -> bool:
 
 @dataclass(frozen=True)
 class Op:
-    kind: str  # "run" | "compact"
+    kind: str  # "run" | "goal" (a goal run, R-GOAL-1) | "goal_resume" (R-GOAL-7) | "compact"
     goal: bool = False
     # ("abort", k) | ("cancel", k) | ("preabort", 0) for a run; ("cancel", j) for a compaction.
     stop: tuple[str, int] | None = None
@@ -194,8 +195,26 @@ def ops(draw: st.DrawFn) -> list[Op]:
             stop = ("preabort", 0)
         elif stop_kind is not None:
             stop = (stop_kind, draw(st.integers(1, 30)))
-        out.append(Op("run", goal=draw(st.integers(0, 2)) == 0, stop=stop))
+        kind = draw(st.sampled_from(["run", "run", "run", "run", "goal", "goal_resume"]))
+        out.append(Op(kind, goal=kind == "run" and draw(st.integers(0, 2)) == 0, stop=stop))
     return out
+
+
+def goal_options(op: Op) -> GoalOptions | None:
+    """Goal runs get a budget of one token: round one, then the wrap-up round (R-GOAL-5)."""
+    if op.kind == "goal":
+        return GoalOptions(budget=1)
+    if op.kind == "goal_resume":
+        return GoalOptions(budget=1, resume=True)
+    return None
+
+
+async def run_op(
+    session: Session, op: Op, prompt: OmniMessage, signal: AbortSignal | None = None
+) -> Any:
+    """``session.run`` for a run or goal operation (a goal continuation takes no input)."""
+    messages = [] if op.kind == "goal_resume" else [prompt]
+    return session.run(messages, approve=allow_all, signal=signal, goal=goal_options(op))
 
 
 @st.composite
@@ -277,13 +296,16 @@ async def do_op(session: Session, llm: Dispatching, op: Op, prompt: OmniMessage)
         if op.stop == ("preabort", 0):
             signal.abort()
         count = 0
-        async for _msg in session.run([prompt], approve=allow_all, signal=signal):
-            count += 1
-            if op.stop is not None and count == op.stop[1]:
-                if op.stop[0] == "abort":
-                    signal.abort()
-                else:
-                    scope.cancel()
+        try:
+            async for _msg in await run_op(session, op, prompt, signal):
+                count += 1
+                if op.stop is not None and count == op.stop[1]:
+                    if op.stop[0] == "abort":
+                        signal.abort()
+                    else:
+                        scope.cancel()
+        except ValueError:
+            assert op.kind == "goal_resume"  # no goal to continue (R-GOAL-7)
 
 
 def line_count(root: DataRoot, sid: str) -> int:
@@ -339,7 +361,7 @@ async def run_live(plan: Plan, home: Path, workspace: Path) -> Live:
                 break
             if len(llm.requests) > before:
                 rest.request = llm.requests[before]
-                check_first_request(rest.request, op.kind == "run")
+                check_first_request(rest.request, op.kind != "compact")
             if records:
                 rests[len(records)] = rest
         files = [f.read_bytes().splitlines(keepends=True) for f in trace_files(root, session.id)]
@@ -433,8 +455,11 @@ def write_files(home: Path, sid: str, date: str, files: list[list[bytes]]) -> No
     reused: creating directories dominates the cost of a state)."""
     root = DataRoot(home)
     directory = root.ensure_dir(root.traces_dir() / date)
-    for old in directory.glob(f"{sid}_*"):
-        if old.suffix == ".jsonl":
+    # Every file of the session but its lock: the trace files and the summaries sidecar
+    # (R-TRACE-19), whose fingerprint (size, last 4 KiB) cannot tell one state's damaged middle
+    # line from another's of the same length.
+    for old in directory.glob(f"{sid}*"):
+        if old.suffix != ".lock":
             old.unlink()
     for index, lines in enumerate(files, start=1):
         if not lines:
@@ -472,7 +497,16 @@ def damage(files: list[list[bytes]], at: int) -> list[list[bytes]]:
     return out
 
 
-async def resume_state(
+async def resume_state(*args: Any, state: str = "", **kw: Any) -> None:
+    """``_resume_state``, naming the state in a failure."""
+    try:
+        await _resume_state(*args, **kw)
+    except BaseException as exc:
+        exc.add_note(f"resumed state: {state}")
+        raise
+
+
+async def _resume_state(
     plan: Plan,
     home: Path,
     sid: str,
@@ -510,17 +544,21 @@ async def resume_state(
             except TraceError:
                 pass
         else:
-            async for _ in session.run([prompt], approve=allow_all):
-                pass
+            try:
+                async for _ in await run_op(session, op, prompt):
+                    pass
+            except ValueError:
+                assert op.kind == "goal_resume"
         files = DataRoot(home).trace_files(sid)
         records = read_trace(files, report=False).records
         assert ModelContext.from_records(records) == session.context
-        assert SessionState.from_records(records) == session.state
+        folded = SessionState.from_records(records)
+        assert folded == session.state, f"{folded} != {session.state}"
     requests = llm.requests
     assert_requests_paired(requests)
     if requests:
-        check_first_request(requests[0], op.kind == "run")
-        if op.kind == "run" and len(requests) > 1 and not is_compaction(requests[1]):
+        check_first_request(requests[0], op.kind != "compact")
+        if op.kind != "compact" and len(requests) > 1 and not is_compaction(requests[1]):
             check_retry(requests[0], requests[1])
     if rest is not None and rest.request is not None:
         assert requests, "the live session sent a request, the resumed one none"
@@ -530,6 +568,10 @@ async def resume_state(
             # timestamp (R-COMPACT-6); everything before it is byte for byte the same.
             assert resumed.messages[:-1] == live.messages[:-1]
             assert resumed.messages[-1].payload == live.messages[-1].payload
+        elif op.kind != "run":
+            # A goal round's prompt is made when the round starts and names the goal file of
+            # this data root (R-GOAL-3); everything before it is the same.
+            assert resumed.messages[:-1] == live.messages[:-1]
         else:
             assert resumed.messages == live.messages
         assert resumed.new_messages == live.new_messages
@@ -557,11 +599,15 @@ async def check(plan: Plan, rng: random.Random) -> None:
             rest = live.rests.get(keep)
             if rest is not None or keep == total or rng.random() < CUT_SAMPLE:
                 write_files(home, live.sid, date, cut(live.files, keep))
-                await resume_state(plan, home, live.sid, workspace, rest)
+                await resume_state(
+                    plan, home, live.sid, workspace, rest, state=f"cut after line {keep}"
+                )
                 STATES["cut after a record"] += 1
             if keep < total and rng.random() < TORN_SAMPLE:
                 write_files(home, live.sid, date, cut(live.files, keep, torn=7))
-                await resume_state(plan, home, live.sid, workspace, rest)
+                await resume_state(
+                    plan, home, live.sid, workspace, rest, state=f"torn after line {keep}"
+                )
                 STATES["cut inside a record"] += 1
         starts = {0}
         at = 0
@@ -571,7 +617,9 @@ async def check(plan: Plan, rng: random.Random) -> None:
         for line in range(1, total - 1):
             if line not in starts and rng.random() < DAMAGE_SAMPLE:
                 write_files(home, live.sid, date, damage(live.files, line))
-                await resume_state(plan, home, live.sid, workspace, None, damaged=True)
+                await resume_state(
+                    plan, home, live.sid, workspace, None, damaged=True, state=f"damaged {line}"
+                )
                 STATES["damaged middle line"] += 1
 
 
