@@ -110,8 +110,7 @@ def _render(console: Console, nested: list[tuple[int, SessionRow]]) -> None:
     width = console.width if console.is_terminal else _WIDTH
     now = time.time()
     id_width = max(10, *(2 * d + (2 if d else 0) + 9 for d, _row in nested))
-    head_row = f"{'id':<{id_width}}{'active':<14}{'turns':>5}  {'status':<12}title"
-    console.print(Text(head_row, style="bold"))
+    rows: list[tuple[str, str, str]] = []  # (head, status, title): every part already safe
     for depth, row in nested:
         lead = "  " * (depth - 1) + "└ " if depth else ""
         ident = f"{lead}{short_id(row.session_id)}"
@@ -120,10 +119,18 @@ def _render(console: Console, nested: list[tuple[int, SessionRow]]) -> None:
             title = f"(subagent) {title}"
         head = f"{ident:<{id_width}}{relative_time(row.active, now):<14}{row.turns:>5}  "
         room = max(10, width - len(head) - 12 - 1)
-        line = Text(head)
-        line.append(f"{row.status:<12}", style=_STATUS_STYLE.get(row.status, ""))
-        line.append(preview(title, room))
-        console.print(line, soft_wrap=True)
+        rows.append((head, f"{row.status:<12}", preview(title, room)))
+    header = f"{'id':<{id_width}}{'active':<14}{'turns':>5}  {'status':<12}title"
+    if not console.is_terminal or console.no_color:
+        # Plain text needs no rich rendering, whose cost per row dominates long listings.
+        console.file.write("\n".join([header, *("".join(r) for r in rows)]) + "\n")
+        return
+    text = Text(header, style="bold")
+    for head, status, title in rows:
+        text.append("\n" + head)
+        text.append(status, style=_STATUS_STYLE.get(status.strip(), ""))
+        text.append(title)
+    console.print(text, soft_wrap=True)
 
 
 def sessions(
