@@ -81,6 +81,9 @@ class SSEResponse(Response):
             if first is None:
                 await _chunk(send, b": heartbeat\n\n")
                 continue
+            # One scheduling round lets the session push what it has ready: one write then
+            # carries many events (an HTTP write costs far more than an event).
+            await anyio.lowlevel.checkpoint()
             batch = [first.wire]
             while len(batch) < _BATCH:
                 try:

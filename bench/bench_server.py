@@ -1,0 +1,184 @@
+"""`penguin serve` stream throughput and latency (issue 19).
+
+A `penguin serve` child process hosts ``SESSIONS`` sessions, each running one scripted task of
+``TURNS`` tool turns (``DELTAS`` streamed text deltas in all, plus the tool-call and tool-output
+fragments), all at once, with two SSE subscribers per session in this process.  Reported:
+
+- aggregate events delivered per second (every event of every subscriber, from the first POST
+  to the last subscriber seeing its task end); target >= 20,000/s;
+- latency from a record's write (its ``timestamp``, ms resolution) to its arrival at a client:
+  p50 / p99; target p99 <= 50 ms;
+- one session's stream to one client, against iterating ``run()`` in process over the same
+  script, measured in the same run (events per second each, and the ratio); target >= 0.5.
+
+The machine is shared; the figures are what this run saw.  ``BENCH_SERVER_SESSIONS`` scales the
+fan-out (default 100).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+
+from engine import Session, allow_all
+from engine.llm import ScriptedEnvironment, ScriptedLLM
+from eventstore import builders as b
+
+SESSIONS = int(os.environ.get("BENCH_SERVER_SESSIONS", "100"))
+SUBSCRIBERS = 2
+TURNS = 20
+DELTAS = 200
+TOKEN = "bench-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+_TS = re.compile(rb'"timestamp":"([^"]+)"')
+
+
+def script() -> dict[str, Any]:
+    per = DELTAS // TURNS
+    responses: list[Any] = [
+        [
+            {"text": " ".join(f"w{i}_{k}" for k in range(per)), "chunks": per},
+            {
+                "tool_call": {
+                    "name": "echo",
+                    "arguments": {"i": i},
+                    "result": {"output": f"out {i}"},
+                }
+            },
+        ]
+        for i in range(TURNS)
+    ]
+    responses.append([{"text": "done"}])
+    return {"responses": responses, "tools": [{"name": "echo", "description": "echo"}]}
+
+
+async def _spawn(home: Path, script_path: Path) -> tuple[Any, str]:
+    exe = os.path.join(os.path.dirname(sys.executable), "penguin")
+    args = [exe, "--home", str(home), "serve", "--port", "0", "--token", TOKEN, "--script"]
+    args += [str(script_path), "--approve", "allow-all", "--workspace", str(script_path.parent)]
+    proc = await anyio.open_process(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    buf = b""
+    with anyio.fail_after(60):
+        while (m := re.search(rb"listening on (http://127\.0\.0\.1:\d+)", buf)) is None:
+            buf += await proc.stderr.receive()
+    return proc, m.group(1).decode()
+
+
+def _epoch(ts: bytes) -> float:
+    return _dt.datetime.fromisoformat(ts.decode().replace("Z", "+00:00")).timestamp()
+
+
+async def _subscribe(
+    c: httpx.AsyncClient, sid: str, ready: anyio.Event, counts: list[int], lat: list[float]
+) -> None:
+    async with c.stream("GET", f"/api/sessions/{sid}/stream") as resp:
+        recorded = numbered = False
+        async for line in resp.aiter_lines():
+            if not ready.is_set():
+                ready.set()
+            if not line:
+                recorded = numbered = False
+            elif line.startswith("id: "):
+                counts[0] += 1
+                numbered, recorded = True, "+" not in line
+            elif line.startswith("data: ") and numbered:
+                if recorded:
+                    m = _TS.search(line.encode())
+                    if m:
+                        lat.append(time.time() - _epoch(m.group(1)))
+                elif '"state":"idle"' in line and '"task_state"' in line:
+                    return  # the task's end (the snapshot at connection has no id)
+
+
+async def _fan_out(base: str, sessions: int) -> tuple[int, float, list[float]]:
+    limits = httpx.Limits(max_connections=sessions * SUBSCRIBERS + 20)
+    async with httpx.AsyncClient(base_url=base, headers=AUTH, timeout=120, limits=limits) as c:
+        ids = [(await c.post("/api/sessions", json={})).json()["id"] for _ in range(sessions)]
+        counts = [0]
+        lat: list[float] = []
+        async with anyio.create_task_group() as tg:
+            readies = []
+            for sid in ids:
+                for _ in range(SUBSCRIBERS):
+                    ev = anyio.Event()
+                    readies.append(ev)
+                    tg.start_soon(_subscribe, c, sid, ev, counts, lat)
+            for ev in readies:
+                await ev.wait()
+            start = time.perf_counter()
+            for sid in ids:
+                r = await c.post(
+                    f"/api/sessions/{sid}/tasks", json={"input": [{"type": "text", "text": "go"}]}
+                )
+                assert r.status_code == 202, r.text
+        return counts[0], time.perf_counter() - start, lat
+
+
+async def _in_process(home: Path) -> tuple[int, float]:
+    llm = ScriptedLLM(script())
+    session = await Session.create(
+        llm=llm, environment=ScriptedEnvironment.from_llm(llm), root=home / "inproc", workspace=home
+    )
+    n = 0
+    async with session:
+        start = time.perf_counter()
+        async for _ in session.run([b.user_text("go")], approve=allow_all):
+            n += 1
+        return n, time.perf_counter() - start
+
+
+async def _run() -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        script_path = home / "script.json"
+        script_path.write_text(json.dumps(script()))
+        proc, base = await _spawn(home / "root", script_path)
+        try:
+            one_events, one_s, _ = await _fan_out(base, 1)
+            events, elapsed, lat = await _fan_out(base, SESSIONS)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            await proc.wait()
+        run_events, run_s = await _in_process(home)
+    lat.sort()
+    return {
+        "sessions": SESSIONS,
+        "subscribers": SESSIONS * SUBSCRIBERS,
+        "events": events,
+        "events_per_s": events / elapsed,
+        "p50_ms": statistics.median(lat) * 1000,
+        "p99_ms": lat[int(len(lat) * 0.99) - 1] * 1000,
+        "one_stream_events_per_s": one_events / one_s,
+        "run_events_per_s": run_events / run_s,
+        "ratio": (one_events / one_s) / (run_events / run_s),
+    }
+
+
+def main() -> None:
+    r = anyio.run(_run)
+    print(
+        f"server: {r['sessions']} sessions x {SUBSCRIBERS} subscribers: {r['events']} events, "
+        f"{r['events_per_s']:,.0f} events/s delivered (target >= 20,000); record write -> client "
+        f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms (target p99 <= 50)"
+    )
+    print(
+        f"server: one stream {r['one_stream_events_per_s']:,.0f} events/s vs run() in process "
+        f"{r['run_events_per_s']:,.0f} events/s: ratio {r['ratio']:.2f} (target >= 0.5)"
+    )
+
+
+if __name__ == "__main__":
+    main()
