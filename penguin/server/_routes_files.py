@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Final
 
 import anyio
+import msgspec
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 
 from eventstore import Diagnostic, encode, scan_trace
-from replay import ImportRefused, parse_position, trace_point
+from replay import ImportRefused, parse_position, trace_point, validate_file
 from replay import import_trace as replay_import
 
 from ._auth import COOKIE
@@ -118,10 +119,21 @@ async def trace_page(request: Request) -> Response:
                     b'{"ordinal":%d,"line":%d,"record":%s}' % (ordinal, line, encode(rec))
                 )
             ordinal += 1
-        return b'{"records":[%s],"total":%d,"diagnostics":[%s]}' % (
+        # The validator's findings for this file (the Web App's trace view shows them).
+        findings = [
+            {
+                "line": f.line,
+                "rule": f.rule,
+                "severity": f.severity,
+                "message": f.message.replace(str(path), path.name),  # never a server path
+            }
+            for f in validate_file(path, session_files=[p for _, p in _files(request, h)])
+        ]
+        return b'{"records":[%s],"total":%d,"diagnostics":[%s],"findings":%s}' % (
             b",".join(records),
             ordinal,
             b",".join(diags),
+            msgspec.json.encode(findings),
         )
 
     return Response(await anyio.to_thread.run_sync(page), media_type="application/json")

@@ -166,7 +166,8 @@ ATTACHED = "\n\n[attached image: /home/u/.penguin/scratchpad/upload-0000beef.png
 
 
 def _crafted_trace(sid: str) -> str:
-    """Two parallel tool calls answered out of order, a failed attempt and its retry."""
+    """Two parallel tool calls answered out of order, a failed attempt and its retry (whose end
+    lacks its attempt number: a validator warning)."""
 
     def rec(ms: int, kind: str, payload: dict[str, Any]) -> str:
         ts = f"2026-11-29T11:00:00.{ms:03d}Z"
@@ -234,7 +235,8 @@ def _crafted_trace(sid: str) -> str:
             "model_msg",
             {"type": "text", "role": "assistant", "text": "Both done.", "stop_reason": "completed"},
         ),
-        rec(351, "event_msg", {"type": "request_end", "status": "completed", "attempt": 2}),
+        # No `attempt` on the retry's end: a validator warning (V-12) the trace view lists.
+        rec(351, "event_msg", {"type": "request_end", "status": "completed"}),
     ]
     return "\n".join(records) + "\n"
 
@@ -260,4 +262,6 @@ def test_r_web_2_parallel_calls_tagged_and_retries_marked(page: Any, server: Ser
     page.wait_for_selector(".timeline-svg")
     assert page.locator(".timeline-svg rect.call").count() == 2
     assert page.locator(".timeline-svg rect.span.request").count() == 3
+    finding = page.locator(".findings li.finding").inner_text()
+    assert finding.startswith("line 15: V-12 warning: attempt missing"), finding
     shot(page, "web-parallel-trace")

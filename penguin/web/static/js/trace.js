@@ -29,9 +29,14 @@ export function traceView(root, id) {
       page = await api(`${base}/traces/${n}?offset=0&limit=${LIMIT}`);
     } catch (err) { error.hidden = false; error.textContent = err.message; return; }
     clear(findings);
-    if (page.diagnostics.length) {
-      findings.append(h("h3", null, `Validator findings (${page.diagnostics.length})`),
-        h("ul", null, page.diagnostics.map((d) => h("li", { class: "finding" }, `line ${d.line}: ${d.kind}`))));
+    const found = [
+      ...page.diagnostics.map((d) => ({ line: d.line, severity: "error", rule: "read", message: d.kind })),
+      ...(page.findings || []),
+    ];
+    if (found.length) {
+      findings.append(h("h3", null, `Validator findings (${found.length})`),
+        h("ul", null, found.map((f) => h("li", { class: `finding ${f.severity}` },
+          `line ${f.line}: ${f.rule} ${f.severity}: ${visible(f.message)}`))));
     } else findings.append(h("p", { class: "ok small" }, "Validator: no findings in this file."));
     clear(records);
     for (const r of page.records) {
