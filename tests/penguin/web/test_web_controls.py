@@ -57,8 +57,10 @@ def test_r_web_3_retry_now_reload_mid_task_and_stop(page: Any, server: Server) -
     shot(page, "web-stopped")
 
 
-def test_r_web_3_give_up_on_a_countdown(page: Any, server: Server) -> None:
+def test_r_web_3_give_up_on_a_countdown_after_a_reload(page: Any, server: Server) -> None:
     _start(page, server)
+    page.reload()  # the countdown survives a reload (its end is the recorded time + wait)
+    page.wait_for_selector(".retry-wait >> text=Retrying in")
     page.click("button.give-up")
     page.wait_for_selector(".notice.abort >> text=backoff")
     page.wait_for_selector(".tag.state[data-state=idle]")

@@ -105,6 +105,9 @@ def test_r_web_3_auth_failure_locks_the_composer_until_dismissed(page: Any, serv
     assert page.locator("button.send").is_disabled()
     assert page.locator(".composer textarea").is_disabled()
     shot(page, "web-auth-failure")
+    page.reload()  # still locked: the history ends with the auth failure
+    page.wait_for_selector(".auth-failure >> text=invalid API key")
+    assert page.locator("button.send").is_disabled()
     page.click(".auth-failure button.dismiss")
     assert page.locator(".auth-failure").is_hidden()
     assert page.locator("button.send").is_enabled()
@@ -162,12 +165,13 @@ def test_r_web_2_five_thousand_messages_open_incrementally(page: Any, server: Se
 
 
 PNG_1PX = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+CHILD = "session-2026-11-29-11-00-01-c4i1d000"
 ATTACHED = "\n\n[attached image: /home/u/.penguin/scratchpad/upload-0000beef.png]"
 
 
 def _crafted_trace(sid: str) -> str:
-    """Two parallel tool calls answered out of order, a failed attempt and its retry (whose end
-    lacks its attempt number: a validator warning)."""
+    """Two parallel tool calls (one starting a subagent) answered out of order, a failed attempt
+    and its retry (whose end lacks its attempt number: a validator warning)."""
 
     def rec(ms: int, kind: str, payload: dict[str, Any]) -> str:
         ts = f"2026-11-29T11:00:00.{ms:03d}Z"
@@ -214,6 +218,7 @@ def _crafted_trace(sid: str) -> str:
         rec(3, "event_msg", allow("a")),
         rec(4, "model_msg", call("b")),
         rec(4, "event_msg", allow("b")),
+        rec(6, "event_msg", {"type": "subagent", "session_id": CHILD}),
         rec(5, "event_msg", {"type": "request_end", "status": "completed"}),
         rec(50, "model_msg", output("b")),
         rec(90, "model_msg", output("a")),
@@ -250,6 +255,9 @@ def test_r_web_2_parallel_calls_tagged_and_retries_marked(page: Any, server: Ser
     page.goto(f"{server.base}/#/s/{sid}")
     page.wait_for_selector(".b-assistant >> text=Both done.")
     assert page.locator(".tool .tag.parallel").all_inner_texts() == ["parallel 1/2", "parallel 2/2"]
+    # The subagent a call started nests under it, linked to the child session.
+    nested = page.locator(".tool .nested a")
+    assert nested.count() == 1 and nested.get_attribute("href") == f"#/s/{CHILD}"
     outputs = page.locator(".tool .output").all_inner_texts()
     assert outputs == ["out a", "out b"]  # each output under its own call
     retry = page.locator(".notice.retry").inner_text()
@@ -263,5 +271,5 @@ def test_r_web_2_parallel_calls_tagged_and_retries_marked(page: Any, server: Ser
     assert page.locator(".timeline-svg rect.call").count() == 2
     assert page.locator(".timeline-svg rect.span.request").count() == 3
     finding = page.locator(".findings li.finding").inner_text()
-    assert finding.startswith("line 15: V-12 warning: attempt missing"), finding
+    assert finding.startswith("line 16: V-12 warning: attempt missing"), finding
     shot(page, "web-parallel-trace")

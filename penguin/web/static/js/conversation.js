@@ -195,10 +195,13 @@ export function conversationView(root, id) {
     if (closed) return;
     transcript.load(page.messages);
     let last = null;
+    if (transcript.lastAuth) lockComposer(transcript.lastAuth);
     if (page.live) {
       for (const frag of page.live.fragments) transcript.add(frag, null, true);
       last = page.live.cursor;
       setState("running");
+      const wait = transcript.lastRetry;  // reloaded during a backoff: the countdown goes on
+      if (wait) startCountdown(Math.max(0, wait.ms - (Date.now() - wait.at)));
     } else if (page.messages.length) {
       const p = page.messages[page.messages.length - 1].position;
       last = `${p.file}:${p.ordinal}`;

@@ -166,6 +166,7 @@ export class Transcript {
     switch (p.type) {
       case "request_begin":
         this.span = [];
+        this.lastRetry = null;
         if (live && this.cb.onRequestBegin) this.cb.onRequestBegin();
         return null;
       case "request_end": return this.requestEnd(p, rec, live);
@@ -193,10 +194,13 @@ export class Transcript {
   }
 
   requestEnd(p, rec, live) {
+    // What the history ends with decides the page's state after a (re)load.
+    this.lastAuth = p.status === "auth" ? p.error_message || "authentication failed" : null;
+    this.lastRetry = p.retry_in_ms !== undefined && p.retry_in_ms !== null ? { ms: p.retry_in_ms, at: Date.parse(rec.timestamp) } : null;
     if (p.status === "completed") return null;
     this.dropOpen();
-    if (p.status === "auth" && this.cb.onAuthFailure) this.cb.onAuthFailure(p.error_message || "authentication failed");
-    if (p.retry_in_ms !== undefined && p.retry_in_ms !== null) {
+    if (p.status === "auth" && live && this.cb.onAuthFailure) this.cb.onAuthFailure(this.lastAuth);
+    if (this.lastRetry) {
       const block = this.push({ kind: "notice", cls: "retry", text: `[retry] attempt ${p.attempt ?? "?"} failed (${p.status}${p.error_message ? `: ${p.error_message}` : ""}), next in ${p.retry_in_ms} ms` });
       if (live && this.cb.onRetryWait) this.cb.onRetryWait(p, rec, block);
       return block;
