@@ -6,13 +6,15 @@ progress bar on stderr (what a user sees, start-up included).
 
 Start-up (issue 18): ``penguin --help``, ``sessions`` on an empty data root, ``inspect`` and
 ``validate`` of one small session, each as a whole process, best of ``START_REPEATS``, against
-a bare ``python -c pass`` measured in the same run.  Target: <= 0.15 s each.
+a bare ``python -c pass`` measured in the same run.  Target: <= 0.15 s each.  Measured as the
+child's CPU time (user + system), since wall time on a shared machine is mostly other work.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import resource
 import subprocess
 import sys
 import tempfile
@@ -164,11 +166,15 @@ def _listing() -> None:
 
 
 def _start_time(argv: list[str], env: dict[str, str]) -> float:
+    """CPU time (user + system) of the whole child process, best of ``START_REPEATS``: on a
+    shared machine the wall time of a 0.1 s process is mostly the neighbours' time slices."""
     best = float("inf")
     for _ in range(START_REPEATS):
-        start = time.perf_counter()
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         code = subprocess.call(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        best = min(best, time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        best = min(best, cpu)
         if code != 0:
             raise RuntimeError(f"{' '.join(argv)} exited {code}")
     return best
@@ -191,7 +197,7 @@ def startup() -> None:
         }
         times = {name: _start_time(argv, env) for name, argv in cases.items()}
     floor = times.pop("python -c pass (floor)")
-    print(f"start-up, whole process, best of {START_REPEATS} (target <= 150 ms each)")
+    print(f"start-up CPU time, whole process, best of {START_REPEATS} (target <= 150 ms each)")
     print(f"  python -c pass (floor)         {floor * 1000:8.1f} ms")
     for name, t in times.items():
         verdict = "ok" if t <= 0.15 else "ABOVE TARGET"

@@ -59,7 +59,7 @@ from .markers import extract_summary
 __all__ = ["SessionState", "StateSummary"]
 
 
-class StateSummary(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class StateSummary(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """What ``SessionState`` needs from one closed file (R-TRACE-19): the state its records
     fold to from a fresh state, plus which carried values the file set.
 

@@ -54,7 +54,7 @@ __all__ = [
 _PARTIALS: frozenset[type[Any]] = frozenset(PARTIAL_PAYLOAD_TYPES)
 
 
-class UsageSummary(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class UsageSummary(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """The session-wide counters of ``Usage`` (R-USAGE-2) over some files.  ``+`` merges the
     summaries of consecutive files into what ``usage_summary`` gives for their whole fold.
 
@@ -107,7 +107,7 @@ def usage_summary(usage: Usage) -> UsageSummary:
     )
 
 
-class GoalEffect(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class GoalEffect(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """What one file does to a ``GoalState`` entering it in one control state.  ``None`` (and
     a false ``*_set``) means "carried from before the file"; ``tokens`` is added to the
     carried count unless ``tokens_set``."""
@@ -186,7 +186,7 @@ def _effect(a: GoalState, b: GoalState) -> GoalEffect:
     )
 
 
-class GoalSummary(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class GoalSummary(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """A file's ``GoalEffect`` for each control state it may be entered in (``_CONTROLS``)."""
 
     effects: list[GoalEffect]
@@ -226,7 +226,7 @@ def _apply_effect(goal: GoalState, effect: GoalEffect) -> None:
         goal._in_compaction = effect.in_compaction
 
 
-class FileSummary(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class FileSummary(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """The summary of one closed file's fold, one field per session-wide projection."""
 
     state: StateSummary
