@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ._cli import app
-from ._clikit import CliError, errors_to_exit_codes
+from ._clikit import CliError, errors_to_exit_codes, workspace_dir
 from ._config import load_config
 from ._options import ApproveChoice, BaseUrlOpt, KeyEnvOpt, LlmOpt, ModelOpt, ScriptOpt
 from ._run import globals_of
@@ -85,9 +85,7 @@ def serve(
                 return build_llm(replace(choice, model=requested))
             return build_llm(choice)
 
-        ws = (workspace or Path.cwd()).expanduser()
-        if not ws.is_dir():
-            raise CliError(f"workspace does not exist: {safe(str(ws))}")
+        ws = workspace_dir((workspace or Path.cwd()).expanduser())
         try:
             run_server(
                 g.root(),

@@ -33,6 +33,8 @@ from engine import (
 )
 from engine.llm import DEFAULT_SCRIPT, ScriptedEnvironment, ScriptedLLM
 from eventstore import (
+    DEFAULT_AGENT,
+    DEFAULT_PROJECT,
     DataRoot,
     OmniMessage,
     SessionLocked,
@@ -202,8 +204,8 @@ class SessionHost:
         approval: ApprovalMode,
         compaction: CompactionSettings | None,
         max_turns: int,
-        project: str = "default_project",
-        agent: str = "default_agent",
+        project: str = DEFAULT_PROJECT,
+        agent: str = DEFAULT_AGENT,
     ) -> Hosted:
         if not self.accepting:
             raise ApiError(503, "shutting_down", "the server is shutting down")

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import anyio
 
-from engine import AbortSignal, CompactionSettings, Session
+from engine import DEFAULT_MAX_TURNS, AbortSignal, CompactionSettings, Session
 from eventstore import OmniMessage, ToolCallPayload, file_index
 
 from ._channel import Channel
@@ -49,7 +49,7 @@ class Hosted:
     channel: Channel
     approval: ApprovalMode = "ask"
     compaction: CompactionSettings | None = Session.DEFAULT_COMPACTION
-    max_turns: int = 100
+    max_turns: int = DEFAULT_MAX_TURNS
     model: str | None = None
     session: Session | None = None
     llm: Any = None

@@ -13,7 +13,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from engine import CompactionSettings, Session
+from engine import DEFAULT_MAX_TURNS, CompactionSettings, Session
 from eventstore import encode
 from penguin._goal import goal_dict
 
@@ -90,7 +90,7 @@ async def create_session(request: Request) -> Response:
         model=body.model,
         approval=body.approval or ctx.host.approval,
         compaction=compaction,
-        max_turns=body.max_turns or 100,
+        max_turns=body.max_turns or DEFAULT_MAX_TURNS,
     )
     ctx.session_created_event(h.id, "server")
     return json_response(ctx.row(h, None), 201)
