@@ -5,8 +5,8 @@ decisions (SPEC §4.5, R-ROOT-10, R-TRACE-17) made in SQL: blank lines skipped, 
 dropped, the last non-blank line ``torn_tail`` when it has no newline or does not decode, any
 other bad line ``malformed``, lines over the size limit malformed, crash-residue latest files
 ignored with an ``empty_file`` diagnostic -- and parsing each record with DuckDB's JSON reader
-(``from_json``) against an explicit schema (``_RECORD``), keeping only the typed columns the
-views need (``_views.RECORD_COLUMNS``).  Does not: fold records into requests, tool calls or
+against an explicit schema (``from_json`` for the values, ``json_type`` for their JSON types),
+keeping only the typed columns the views need (``_views.RECORD_COLUMNS``).  Does not: fold records into requests, tool calls or
 usage (``_views``).
 
 Lines DuckDB's parser might judge differently from ``msgspec`` (``NaN``, numbers out of range,
@@ -33,9 +33,12 @@ __all__ = ["load"]
 _CHUNK: Final = 2000
 _WS: Final = "' ' || chr(9) || chr(10) || chr(11) || chr(12) || chr(13)"
 
-# The explicit schemas: every leaf is JSON so that its JSON type stays checkable (``msgspec``
-# refuses a number where a string belongs; DuckDB would convert it).
-_COUNTS: Final = '{"cache_read":"JSON","cache_write":"JSON","output":"JSON","total":"JSON"}'
+# The explicit schema, parsed twice per record line, both in C++: ``from_json`` gives every
+# leaf as text (a string decoded, anything else its JSON text) and ``json_type`` gives each
+# leaf's JSON type, so the codec's typing (``msgspec`` refuses a number where a string belongs;
+# DuckDB would convert it) is a comparison, not a re-parse of a JSON-typed leaf.
+_COUNT_KEYS: Final = ("cache_read", "cache_write", "output", "total")
+_COUNTS: Final = "{" + ",".join(f'"{k}":"VARCHAR"' for k in _COUNT_KEYS) + "}"
 _PAYLOAD_KEYS: Final = (
     "type",
     "role",
@@ -67,8 +70,30 @@ _PAYLOAD_KEYS: Final = (
     "source",
     "event_type",
 )
-_PAYLOAD: Final = "{" + ",".join(f'"{k}":"JSON"' for k in _PAYLOAD_KEYS) + "}"
-_RECORD: Final = '{"timestamp":"JSON","type":"JSON","origin":"JSON","payload":' + _PAYLOAD + "}"
+_PAYLOAD: Final = (
+    "{"
+    + ",".join(
+        f'"{k}":' + (_COUNTS if k in ("session", "request") else '"VARCHAR"') for k in _PAYLOAD_KEYS
+    )
+    + "}"
+)
+_VALUES: Final = (
+    '{"timestamp":"VARCHAR","type":"VARCHAR","origin":"VARCHAR","payload":' + _PAYLOAD + "}"
+)
+# ``ty``: the JSON type of each leaf (``VARCHAR``, ``BIGINT``/``UBIGINT``, ``DOUBLE``,
+# ``OBJECT``, ``ARRAY``, ``BOOLEAN``, ``NULL``; SQL NULL when absent), by field name; the
+# envelope's own fields are ``_timestamp``, ``_type``, ``_origin``.
+_TYPED: Final = (
+    [("_timestamp", "$.timestamp"), ("_type", "$.type"), ("_origin", "$.origin")]
+    + [(k, f"$.payload.{k}") for k in _PAYLOAD_KEYS]
+    + [(f"{c}_{k}", f"$.payload.{c}.{k}") for c in ("session", "request") for k in _COUNT_KEYS]
+)
+_TYPE_PATHS: Final = "[" + ", ".join(f"'{path}'" for _, path in _TYPED) + "]"
+_TYPES: Final = (
+    "struct_pack("
+    + ", ".join(f"{name} := t[{i}]" for i, (name, _) in enumerate(_TYPED, start=1))
+    + ")"
+)
 # The envelope as our writer (and the reference's) puts it: timestamp and type strings, then a
 # payload object.  Other lines are decided in Python, exactly.
 _CANONICAL: Final = r'^\{"timestamp":"[^"\\]*","type":"[a-z_]+","payload":\{'
@@ -81,28 +106,27 @@ _SUSPICIOUS: Final = (
 )
 
 _MACROS: Final = [
-    # JSON-typed leaf tests (a leaf is NULL when absent or null).
-    "CREATE OR REPLACE TEMP MACRO _is_str(j) AS starts_with(j::VARCHAR, '\"')",
-    "CREATE OR REPLACE TEMP MACRO _is_obj(j) AS starts_with(j::VARCHAR, '{')",
-    "CREATE OR REPLACE TEMP MACRO _is_arr(j) AS starts_with(j::VARCHAR, '[')",
-    "CREATE OR REPLACE TEMP MACRO _is_int(j) AS "
-    "regexp_full_match(j::VARCHAR, '-?(0|[1-9][0-9]*)') AND try_cast(j::VARCHAR AS BIGINT) "
-    "IS NOT NULL",
-    "CREATE OR REPLACE TEMP MACRO _opt_str(j) AS j IS NULL OR _is_str(j)",
-    "CREATE OR REPLACE TEMP MACRO _opt_int(j) AS j IS NULL OR _is_int(j)",
-    "CREATE OR REPLACE TEMP MACRO _str(j) AS json_extract_string(j, '$')",
-    "CREATE OR REPLACE TEMP MACRO _int(j) AS try_cast(j::VARCHAR AS BIGINT)",
-    "CREATE OR REPLACE TEMP MACRO _in(j, allowed) AS "
-    "coalesce(_is_str(j) AND list_contains(allowed, _str(j)), false)",
-    "CREATE OR REPLACE TEMP MACRO _stop(j) AS "
-    "_in(j, ['completed', 'failed', 'aborted', 'timeout', 'malformed', 'auth'])",
-    "CREATE OR REPLACE TEMP MACRO _opt_stop(j) AS j IS NULL OR _stop(j)",
-    "CREATE OR REPLACE TEMP MACRO _counts(j) AS from_json(j, '" + _COUNTS + "')",
+    # Leaf tests on ``ty`` (a type is NULL when absent; a JSON null is 'NULL').
+    "CREATE OR REPLACE TEMP MACRO _null(t) AS t IS NULL OR t = 'NULL'",
+    "CREATE OR REPLACE TEMP MACRO _is_str(t) AS coalesce(t = 'VARCHAR', false)",
+    "CREATE OR REPLACE TEMP MACRO _is_obj(t) AS coalesce(t = 'OBJECT', false)",
+    "CREATE OR REPLACE TEMP MACRO _is_arr(t) AS coalesce(t = 'ARRAY', false)",
+    # An integer that fits 64 bits (a larger one is UBIGINT or DOUBLE to json_type).
+    "CREATE OR REPLACE TEMP MACRO _is_int(t, v) AS "
+    "coalesce(t IN ('BIGINT', 'UBIGINT') AND try_cast(v AS BIGINT) IS NOT NULL, false)",
+    "CREATE OR REPLACE TEMP MACRO _opt_str(t) AS _null(t) OR _is_str(t)",
+    "CREATE OR REPLACE TEMP MACRO _opt_int(t, v) AS _null(t) OR _is_int(t, v)",
+    # A token count may be absent (0) but not null: ``TokenCounts`` fields are ``int = 0``.
+    "CREATE OR REPLACE TEMP MACRO _count(t, v) AS t IS NULL OR _is_int(t, v)",
+    "CREATE OR REPLACE TEMP MACRO _int(v) AS try_cast(v AS BIGINT)",
+    "CREATE OR REPLACE TEMP MACRO _in(t, v, allowed) AS "
+    "_is_str(t) AND coalesce(list_contains(allowed, v), false)",
+    "CREATE OR REPLACE TEMP MACRO _stop(t, v) AS "
+    "_in(t, v, ['completed', 'failed', 'aborted', 'timeout', 'malformed', 'auth'])",
+    "CREATE OR REPLACE TEMP MACRO _opt_stop(t, v) AS _null(t) OR _stop(t, v)",
     "CREATE OR REPLACE TEMP MACRO _typed_counts(c) AS {'cache_read': coalesce(_int(c.cache_read), "
     "0), 'cache_write': coalesce(_int(c.cache_write), 0), 'output': coalesce(_int(c.output), 0), "
     "'total': coalesce(_int(c.total), 0)}",
-    "CREATE OR REPLACE TEMP MACRO _counts_ok(c) AS _opt_int(c.cache_read) AND "
-    "_opt_int(c.cache_write) AND _opt_int(c.output) AND _opt_int(c.total)",
 ]
 
 
@@ -191,16 +215,18 @@ _LINES: Final = """
 
 def _narrow(source: str) -> str:
     """The ``_cls`` row of each line of ``source`` (columns ``fid, line_no, unterminated,
-    nbytes, verdict, line, rec``): the verdict, the line text only while undecided, and the
+    nbytes, verdict, line, js, t``; ``js`` the record's JSON, ``t`` its ``_TYPE_PATHS`` types):
+    the verdict, the line text only while undecided, and the
     record's typed columns (``RECORD_COLUMNS``) -- never the parsed payload itself, whose big
     strings (tool outputs, prompts) nothing downstream needs."""
     return f"""
-        WITH typed AS (
-            SELECT *, _str(rec.type) AS type, rec.payload AS p FROM {source}
+        WITH parsed AS (
+            SELECT *, from_json(js, '{_VALUES}') AS v, {_TYPES} AS ty FROM {source}
+        ), typed AS (
+            SELECT *, v.type AS type, v.payload AS p FROM parsed
         ), kinds AS (
             SELECT *, coalesce({KIND}, 'O') AS k,
-                type = 'event_msg' AND _str(p.type) = 'tool_list_ready' AND _is_arr(p.tools)
-                    AS head
+                type = 'event_msg' AND p.type = 'tool_list_ready' AND _is_arr(ty.tools) AS head
             FROM typed
         )
         SELECT fid, line_no, unterminated, nbytes, verdict,
@@ -228,7 +254,7 @@ def _classified(max_line_bytes: int) -> str:
                 AND NOT ({_SUSPICIOUS}) AS canonical
             FROM nb
         ), parsed AS (
-            SELECT *, CASE WHEN canonical THEN from_json(line, '{_RECORD}') END AS rec FROM fast
+            SELECT *, CASE WHEN canonical THEN json_type(line, {_TYPE_PATHS}) END AS t FROM fast
         )
         SELECT fid, line_no, unterminated, nbytes, line,
             CASE
@@ -238,9 +264,10 @@ def _classified(max_line_bytes: int) -> str:
                             ELSE nbytes || ' byte(s)' END || ')'
                 WHEN nbytes > {limit} THEN '-line longer than {limit} bytes'
                 WHEN line IS NULL THEN '-not JSON: invalid UTF-8'
-                WHEN canonical AND rec.origin IS NULL THEN '+'
+                WHEN canonical AND _null(t[3]) THEN '+'
             END AS verdict,
-            CASE WHEN canonical AND rec.origin IS NULL THEN rec END AS rec
+            CASE WHEN canonical AND _null(t[3]) THEN line END AS js,
+            CASE WHEN canonical AND _null(t[3]) THEN t END AS t
         FROM parsed
     )"""
 
@@ -255,7 +282,8 @@ def _decide_the_rest(con: duckdb.DuckDBPyConnection) -> None:
     source = f"""(
         SELECT fid, line_no, unterminated, nbytes, NULL AS line,
             CASE WHEN starts_with(v, '+') THEN '+' ELSE v END AS verdict,
-            CASE WHEN starts_with(v, '+') THEN from_json(v[2:], '{_RECORD}') END AS rec
+            CASE WHEN starts_with(v, '+') THEN v[2:] END AS js,
+            CASE WHEN starts_with(v, '+') THEN json_type(v[2:], {_TYPE_PATHS}) END AS t
         FROM (SELECT unnest(?) AS fid, unnest(?) AS line_no, unnest(?) AS unterminated,
                      unnest(?) AS nbytes, unnest(?) AS v)
     )"""
@@ -294,12 +322,17 @@ def _records_and_diagnostics(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(
         """
         CREATE OR REPLACE TEMP TABLE _records AS
-        SELECT f.sid, f.file_index,
-            row_number() OVER (PARTITION BY c.fid ORDER BY c.line_no) - 1 AS ordinal,
+        -- The window runs over the two keys only: over the wide rows it costs ten times more.
+        WITH o AS (
+            SELECT fid, line_no,
+                row_number() OVER (PARTITION BY fid ORDER BY line_no) - 1 AS ordinal
+            FROM _cls WHERE verdict = '+'
+        )
+        SELECT f.sid, f.file_index, o.ordinal,
             -- the position in the session: files in session order, then lines
             (c.fid::BIGINT << 32) + c.line_no AS seq,
             c.* EXCLUDE (unterminated, verdict, line, head)
-        FROM _cls c JOIN _files f ON f.fid = c.fid
+        FROM _cls c JOIN o USING (fid, line_no) JOIN _files f ON f.fid = c.fid
         WHERE c.verdict = '+' AND c.fid NOT IN (SELECT fid FROM _residue)
         """
     )

@@ -30,65 +30,74 @@ VIEWS: Final = ("sessions", "records", "requests", "tool_calls", "usage", "diagn
 
 KIND: Final = """
 CASE
-  WHEN type = 'session_meta' THEN CASE WHEN _is_str(p.session_id) AND _is_str(p.provider)
-      AND _is_str(p.model_id) AND (_is_int(p.model_context_window)
-                                   OR _is_str(p.model_context_window))
-      AND _is_str(p.system_prompt) AND _is_str(p.agent_state) AND _is_str(p.workspace)
-      AND (p.source IS NULL OR _in(p.source, ['subagent', 'schedule'])) THEN 'M' END
-  WHEN type = 'event_msg' THEN CASE _str(p.type)
+  WHEN type = 'session_meta' THEN CASE WHEN _is_str(ty.session_id) AND _is_str(ty.provider)
+      AND _is_str(ty.model_id) AND (_is_int(ty.model_context_window, p.model_context_window)
+                                    OR _is_str(ty.model_context_window))
+      AND _is_str(ty.system_prompt) AND _is_str(ty.agent_state) AND _is_str(ty.workspace)
+      AND (_null(ty.source) OR _in(ty.source, p.source, ['subagent', 'schedule'])) THEN 'M' END
+  WHEN type = 'event_msg' THEN CASE p.type
     WHEN 'request_begin' THEN 'B'
-    WHEN 'request_end' THEN CASE WHEN _stop(p.status) AND _opt_str(p.error_message)
-        AND _opt_int(p.attempt) AND _opt_int(p.retry_in_ms) THEN 'E' END
-    WHEN 'token_usage' THEN CASE WHEN _is_obj(p.session) AND _is_obj(p.request)
-        AND _counts_ok(_counts(p.session)) AND _counts_ok(_counts(p.request)) THEN 'U' END
-    WHEN 'compaction_begin' THEN CASE WHEN _in(p.reason, ['context', 'turns', 'manual'])
-        AND _in(p.mode, ['summarize', 'discard']) AND _is_int(p.context) AND _is_int(p.turns)
-        THEN 'CB' END
-    WHEN 'compaction_end' THEN CASE WHEN _in(p.reason, ['context', 'turns', 'manual'])
-        AND _in(p.mode, ['summarize', 'discard']) AND _stop(p.status)
-        AND _opt_int(p.attempt) AND _opt_str(p.error_message) THEN 'CE' END
-    WHEN 'abort' THEN CASE WHEN _opt_str(p.reason) THEN 'A' END
-    WHEN 'approval_decision' THEN CASE WHEN _in(p.decision, ['allow', 'deny', 'forbidden'])
-        AND _is_str(p.tool_call_id) THEN 'D' END
+    WHEN 'request_end' THEN CASE WHEN _stop(ty.status, p.status) AND _opt_str(ty.error_message)
+        AND _opt_int(ty.attempt, p.attempt) AND _opt_int(ty.retry_in_ms, p.retry_in_ms)
+        THEN 'E' END
+    WHEN 'token_usage' THEN CASE WHEN _is_obj(ty.session) AND _is_obj(ty.request)
+        AND _count(ty.session_cache_read, p.session.cache_read)
+        AND _count(ty.session_cache_write, p.session.cache_write)
+        AND _count(ty.session_output, p.session.output)
+        AND _count(ty.session_total, p.session.total)
+        AND _count(ty.request_cache_read, p.request.cache_read)
+        AND _count(ty.request_cache_write, p.request.cache_write)
+        AND _count(ty.request_output, p.request.output)
+        AND _count(ty.request_total, p.request.total) THEN 'U' END
+    WHEN 'compaction_begin' THEN CASE WHEN _in(ty.reason, p.reason, ['context', 'turns', 'manual'])
+        AND _in(ty.mode, p.mode, ['summarize', 'discard']) AND _is_int(ty.context, p.context)
+        AND _is_int(ty.turns, p.turns) THEN 'CB' END
+    WHEN 'compaction_end' THEN CASE WHEN _in(ty.reason, p.reason, ['context', 'turns', 'manual'])
+        AND _in(ty.mode, p.mode, ['summarize', 'discard']) AND _stop(ty.status, p.status)
+        AND _opt_int(ty.attempt, p.attempt) AND _opt_str(ty.error_message) THEN 'CE' END
+    WHEN 'abort' THEN CASE WHEN _opt_str(ty.reason) THEN 'A' END
+    WHEN 'approval_decision' THEN CASE WHEN
+        _in(ty.decision, p.decision, ['allow', 'deny', 'forbidden'])
+        AND _is_str(ty.tool_call_id) THEN 'D' END
   END
-  WHEN type = 'model_msg' THEN CASE _str(p.type)
-    WHEN 'tool_call' THEN CASE WHEN _in(p.role, ['user', 'assistant']) AND _is_str(p.name)
-        AND _is_str(p.arguments) AND _is_str(p.tool_call_id) AND _opt_stop(p.stop_reason)
-        THEN 'TC' END
-    WHEN 'tool_call_output' THEN CASE WHEN _in(p.role, ['user', 'assistant'])
-        AND _is_str(p.output) AND _is_str(p.tool_call_id) AND _opt_stop(p.stop_reason)
-        AND (p.images IS NULL OR _is_arr(p.images)) THEN 'TO' END
+  WHEN type = 'model_msg' THEN CASE p.type
+    WHEN 'tool_call' THEN CASE WHEN _in(ty.role, p.role, ['user', 'assistant'])
+        AND _is_str(ty.name) AND _is_str(ty.arguments) AND _is_str(ty.tool_call_id)
+        AND _opt_stop(ty.stop_reason, p.stop_reason) THEN 'TC' END
+    WHEN 'tool_call_output' THEN CASE WHEN _in(ty.role, p.role, ['user', 'assistant'])
+        AND _is_str(ty.output) AND _is_str(ty.tool_call_id)
+        AND _opt_stop(ty.stop_reason, p.stop_reason)
+        AND (_null(ty.images) OR _is_arr(ty.images)) THEN 'TO' END
     WHEN 'partial_text' THEN 'P' WHEN 'partial_thinking' THEN 'P'
     WHEN 'partial_tool_call' THEN 'P' WHEN 'partial_tool_call_output' THEN 'P'
   END
 END"""
 
-#: Each record's typed columns, from ``rec`` (the envelope parsed against the explicit schema,
-#: every leaf JSON) and ``k`` (``KIND``): only the kinds that use a column fill it.
+#: Each record's typed columns, from ``v`` (the envelope parsed against the explicit schema,
+#: every leaf as text), ``ty`` (each leaf's JSON type) and ``k`` (``KIND``): only the kinds
+#: that use a column fill it.
 RECORD_COLUMNS: Final = """
-    _str(rec.timestamp) AS ts,
-    _str(rec.type) AS type,
-    coalesce(rec.origin IS NOT NULL AND rec.origin::VARCHAR <> '[]', false) AS has_origin,
-    _str(rec.payload.type) AS ptype,
+    v.timestamp AS ts,
+    v.type AS type,
+    coalesce(NOT _null(ty._origin) AND NOT (ty._origin = 'ARRAY' AND v.origin = '[]'), false)
+        AS has_origin,
+    p.type AS ptype,
     k,
-    CASE WHEN k IN ('TC', 'TO', 'D') THEN _str(rec.payload.tool_call_id) END AS call_id,
-    CASE WHEN k = 'TC' THEN _str(rec.payload.name) END AS name,
-    CASE WHEN k = 'TC' THEN strlen(_str(rec.payload.arguments)) END AS arguments_bytes,
-    CASE WHEN k = 'TO' THEN strlen(_str(rec.payload.output)) END AS output_bytes,
-    CASE WHEN k IN ('TC', 'TO') THEN coalesce(_str(rec.payload.stop_reason), 'completed') END
-        AS stop_reason,
-    CASE WHEN k = 'D' THEN _str(rec.payload.decision) END AS decision,
-    CASE WHEN k IN ('E', 'CE') THEN _str(rec.payload.status) END AS status,
-    CASE WHEN k IN ('E', 'CE') THEN _int(rec.payload.attempt) END AS attempt,
-    CASE WHEN k = 'E' THEN _int(rec.payload.retry_in_ms) END AS retry_in_ms,
-    CASE WHEN k IN ('E', 'CE') THEN _str(rec.payload.error_message) END AS error_message,
-    CASE WHEN k IN ('A', 'CB', 'CE') THEN _str(rec.payload.reason) END AS reason,
-    CASE WHEN k = 'U' THEN _typed_counts(_counts(rec.payload.request)) END AS req,
-    CASE WHEN k = 'U' THEN _typed_counts(_counts(rec.payload.session)) END AS sess,
-    CASE WHEN k = 'M' THEN {'provider': _str(rec.payload.provider),
-                            'model': _str(rec.payload.model_id),
-                            'workspace': _str(rec.payload.workspace),
-                            'source': _str(rec.payload.source)} END AS meta
+    CASE WHEN k IN ('TC', 'TO', 'D') THEN p.tool_call_id END AS call_id,
+    CASE WHEN k = 'TC' THEN p.name END AS name,
+    CASE WHEN k = 'TC' THEN strlen(p.arguments) END AS arguments_bytes,
+    CASE WHEN k = 'TO' THEN strlen(p.output) END AS output_bytes,
+    CASE WHEN k IN ('TC', 'TO') THEN coalesce(p.stop_reason, 'completed') END AS stop_reason,
+    CASE WHEN k = 'D' THEN p.decision END AS decision,
+    CASE WHEN k IN ('E', 'CE') THEN p.status END AS status,
+    CASE WHEN k IN ('E', 'CE') THEN _int(p.attempt) END AS attempt,
+    CASE WHEN k = 'E' THEN _int(p.retry_in_ms) END AS retry_in_ms,
+    CASE WHEN k IN ('E', 'CE') THEN p.error_message END AS error_message,
+    CASE WHEN k IN ('A', 'CB', 'CE') THEN p.reason END AS reason,
+    CASE WHEN k = 'U' THEN _typed_counts(p.request) END AS req,
+    CASE WHEN k = 'U' THEN _typed_counts(p.session) END AS sess,
+    CASE WHEN k = 'M' THEN {'provider': p.provider, 'model': p.model_id,
+                            'workspace': p.workspace, 'source': p.source} END AS meta
 """
 
 _SQL: Final = [

@@ -226,6 +226,48 @@ def test_hostile_lines_give_rows_for_good_records_and_diagnostics_for_bad(
         ]
 
 
+def test_fields_of_the_wrong_json_type_are_typed_as_the_codec_types_them(
+    tmp_path: Path,
+) -> None:
+    """The views type each field by its JSON type (``json_type``), not by its text: a count
+    written as ``1.0`` or ``"3"``, an attempt as a string, a tool name as a number make the
+    record an unknown payload to the codec, so the fold skips it exactly as the ``Usage``
+    projection does (R-USAGE-1..3); a null count is not an absent one."""
+    t = '"timestamp":"2026-07-01T00:00:0{}.000Z"'
+    meta = (
+        '{{{},"type":"session_meta","payload":{{"session_id":"s","provider":"p","model_id":"m",'
+        '"model_context_window":{},"system_prompt":"","agent_state":"/a","workspace":"/w"}}}}'
+    )
+    ev = '{{{},"type":"event_msg","payload":{{"type":"{}"{}}}}}'
+    counts = '"cache_read":{},"cache_write":1,"output":1,"total":2'
+    usage = ',"session":{{' + counts + '}},"request":{{' + counts + "}}"
+    lines = [
+        meta.format(t.format(0), "1.0"),
+        meta.format(t.format(0), "7"),
+        ev.format(t.format(1), "request_begin", ""),
+        ev.format(t.format(2), "request_end", ',"status":"timeout","attempt":"2"'),
+        ev.format(t.format(2), "token_usage", usage.format("1.0", "1.0")),
+        ev.format(t.format(2), "token_usage", usage.format('"3"', '"3"')),
+        ev.format(t.format(2), "request_end", ',"status":"failed","retry_in_ms":1.5'),
+        ev.format(t.format(3), "request_begin", ""),
+        ev.format(t.format(4), "request_end", ',"status":5'),
+        ev.format(t.format(5), "request_end", ',"status":"completed","attempt":3'),
+        ev.format(t.format(5), "token_usage", usage.format("null", "null")),
+        '{"timestamp":"2026-07-01T00:00:06.000Z","type":"model_msg","payload":{"type":"tool_call",'
+        '"role":"assistant","name":5,"arguments":"{}","tool_call_id":"c1"}}',
+        '{"timestamp":"2026-07-01T00:00:06.000Z","type":"event_msg","payload":{"type":'
+        '"request_begin"},"origin":"[]"}',
+        ev.format(t.format(7), "request_end", ',"status":"completed"'),
+    ]
+    path = tmp_path / "s_001.jsonl"
+    path.write_text("".join(line + "\n" for line in lines))
+    with open_fleet(traces=str(path)) as fleet:
+        assert _actual(fleet)["s"] == _expected([path])
+        assert fleet.sql("SELECT count(*) FROM tool_calls").rows == [(0,)]
+        # ``origin`` must be a list: the reader calls that line malformed, and so do the views.
+        assert _diagnostics(fleet)["s"] == _expected_diagnostics([path]) != []
+
+
 def test_views_exist_and_reports_run(fixture_fleet: Fleet) -> None:
     for view in VIEWS:
         fixture_fleet.sql(f"SELECT * FROM {view} LIMIT 1")
