@@ -318,3 +318,50 @@ def test_no_probing_of_own_provider_classes() -> None:
     # Optional extras (server, duckdb) may be missing; the package's own modules may not.
     for name in ("_model.py", "_live.py", "_replay_cmd.py", "_run.py", "_resume.py"):
         assert "except ImportError" not in (cli / name).read_text()
+
+
+@pytest.mark.parametrize(("answer", "code"), [("y\n", 0), ("n\n", 2)])
+def test_a_new_data_root_is_asked_for_on_a_terminal(tmp_path: Path, answer: str, code: int) -> None:
+    """Issue 15 item 5: on a terminal, a data root that does not exist is created only after a
+    yes (without one, ``--init`` is required: test_bad_home_is_caught_before_anything_runs)."""
+    import pty
+    import select
+    import subprocess
+    import sys
+    import time
+
+    home = tmp_path / "new-home"
+    script = write_script(tmp_path, FAST)
+    master, slave = pty.openpty()
+    argv = [str(Path(sys.executable).parent / "penguin"), "--home", str(home), "run", "-m", "x"]
+    proc = subprocess.Popen(
+        [*argv, "--script", str(script), "--workspace", str(tmp_path)],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env={k: v for k, v in os.environ.items() if k != "PENGUIN_HOME"},
+    )
+    os.close(slave)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 30
+        while b"Create a new data root" not in seen:
+            ready, _, _ = select.select([master], [], [], max(0.0, deadline - time.monotonic()))
+            assert ready, seen
+            seen += os.read(master, 4096)
+        assert not home.exists()
+        os.write(master, answer.encode())
+        while proc.poll() is None and time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.1)
+            if ready:
+                try:
+                    seen += os.read(master, 4096)
+                except OSError:
+                    break
+        assert proc.wait(30) == code, seen
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    assert home.exists() == (code == 0)
