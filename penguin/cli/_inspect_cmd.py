@@ -27,7 +27,8 @@ from ._run import globals_of
 from ._safe import safe, safe_json_bytes
 
 if TYPE_CHECKING:
-    pass
+    from ._clikit import Globals, Target
+    from ._inspect import NumberedFile
 
 __all__ = ["inspect"]
 
@@ -86,90 +87,114 @@ def inspect(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show what a session's trace holds.
-
-    Files with counts per record type, the session state, a summary of the model context
-    (history, carry-over, pending summary, closed), a timeline of request spans (status,
-    attempts, durations, tokens) with tool calls, approvals and outputs, compactions and
-    aborts, and what the reader skipped (diagnostics).  Reads only; takes no lock.  A
-    subagent pointer that cannot be followed (--children) is reported, not an error.
-    """
+    """Show what a session's trace holds: files and record counts, the state, the model
+    context, a timeline of request spans with tool calls, approvals, outputs, compactions and
+    aborts, and what the reader skipped.  Reads only; takes no lock.  A subagent pointer that
+    cannot be followed (--children) is reported, not an error."""
     from ._at import show_at
-    from ._inspect import (
-        build_inspection,
-        find_session_files,
-        follow_children,
-        iter_rows,
-        read_numbered,
-        record_row,
-        render_children,
-        render_inspection,
-        render_records,
-    )
 
     with errors_to_exit_codes():
         g = globals_of(ctx)
-        if children and (records or follow):
-            raise CliError(
-                "--children shows the session view: it does not combine with --records or --follow"
-            )
+        _check_views(children=children, records=records, follow=follow, at=at, file=file)
         t = resolve_target(target, g)
         if at is not None:
-            if records or follow or children or file is not None:
-                raise CliError("--at shows one point: it does not combine with other views")
             point = show_at(out_console(), t.files, at, as_json=as_json)
             if point is not None:
                 write_json(point)
             return
-        numbered = [read_numbered(path) for path in t.files]
-        if not any(nf.records for nf in numbered):
-            what = "empty" if all(nf.size == 0 for nf in numbered) else "holds no record"
-            shown = ", ".join(safe(str(nf.path), keep_newlines=False) for nf in numbered)
-            raise CliError(f"{shown}: {what} trace file (crash residue or damage; nothing to show)")
-        selected: list[int] | None = None
-        if file is not None:
-            positions = [i for i, nf in enumerate(numbered) if nf.index == file]
-            if not positions:
-                have = ", ".join(str(nf.index) for nf in numbered)
-                raise CliError(f"no file {file} in {safe(t.label)} (files: {have})")
-            selected = positions
+        numbered, selected = _read(t, file)
         if follow:
             _follow(numbered[selected[0] if selected else -1].path, as_json=as_json)
             return
         chosen = numbered if selected is None else [numbered[i] for i in selected]
         if records:
-            if as_json:
-                write_json(
-                    {
-                        "session_id": t.session_id,
-                        "records": [record_row(*row) for row in iter_rows(chosen)],
-                    }
-                )
-            else:
-                render_records(out_console(), chosen)
-            return
-        insp = build_inspection(numbered, selected=selected)
-        if not children:
-            if as_json:
-                write_json(insp.as_json())
-            else:
-                render_inspection(out_console(), insp, label=t.label)
-            return
-        root = g.root()
-
-        def find(session_id: str) -> list[Path]:
-            return find_session_files(
-                session_id, near=t.files, root=root, project=t.project, agent=t.agent
-            )
-
-        seen = {t.session_id} if t.session_id else set()
-        views = follow_children(insp, find, seen=seen)
-        if as_json:
-            write_json(insp.as_json() | {"children": [v.as_json() for v in views]})
+            _records_view(t, chosen, as_json=as_json)
         else:
-            out = out_console()
-            render_inspection(out, insp, label=t.label)
-            render_children(out, views)
+            _session_view(g, t, numbered, selected, children=children, as_json=as_json)
+
+
+def _check_views(
+    *, children: bool, records: bool, follow: bool, at: str | None, file: int | None
+) -> None:
+    if children and (records or follow):
+        raise CliError(
+            "--children shows the session view: it does not combine with --records or --follow"
+        )
+    if at is not None and (records or follow or children or file is not None):
+        raise CliError("--at shows one point: it does not combine with other views")
+
+
+def _read(t: Target, file: int | None) -> tuple[list[NumberedFile], list[int] | None]:
+    """The files read with line numbers, and the positions ``--file`` selects (None: all)."""
+    from ._inspect import read_numbered
+
+    numbered = [read_numbered(path) for path in t.files]
+    if not any(nf.records for nf in numbered):
+        what = "empty" if all(nf.size == 0 for nf in numbered) else "holds no record"
+        shown = ", ".join(safe(str(nf.path), keep_newlines=False) for nf in numbered)
+        raise CliError(f"{shown}: {what} trace file (crash residue or damage; nothing to show)")
+    if file is None:
+        return numbered, None
+    positions = [i for i, nf in enumerate(numbered) if nf.index == file]
+    if not positions:
+        have = ", ".join(str(nf.index) for nf in numbered)
+        raise CliError(f"no file {file} in {safe(t.label)} (files: {have})")
+    return numbered, positions
+
+
+def _records_view(t: Target, chosen: list[NumberedFile], *, as_json: bool) -> None:
+    from ._inspect import iter_rows, record_row, render_records
+
+    if as_json:
+        write_json(
+            {
+                "session_id": t.session_id,
+                "records": [record_row(*row) for row in iter_rows(chosen)],
+            }
+        )
+    else:
+        render_records(out_console(), chosen)
+
+
+def _session_view(
+    g: Globals,
+    t: Target,
+    numbered: list[NumberedFile],
+    selected: list[int] | None,
+    *,
+    children: bool,
+    as_json: bool,
+) -> None:
+    from ._inspect import (
+        build_inspection,
+        find_session_files,
+        follow_children,
+        render_children,
+        render_inspection,
+    )
+
+    insp = build_inspection(numbered, selected=selected)
+    if not children:
+        if as_json:
+            write_json(insp.as_json())
+        else:
+            render_inspection(out_console(), insp, label=t.label)
+        return
+    root = g.root()
+
+    def find(session_id: str) -> list[Path]:
+        return find_session_files(
+            session_id, near=t.files, root=root, project=t.project, agent=t.agent
+        )
+
+    seen = {t.session_id} if t.session_id else set()
+    views = follow_children(insp, find, seen=seen)
+    if as_json:
+        write_json(insp.as_json() | {"children": [v.as_json() for v in views]})
+    else:
+        out = out_console()
+        render_inspection(out, insp, label=t.label)
+        render_children(out, views)
 
 
 def _follow(path: Path, *, as_json: bool) -> None:

@@ -148,21 +148,15 @@ def resume(
     budget: BudgetOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Continue a session, or show where it stands.
-
-    Without -m: prints the state rebuilt from the trace (turns, tokens, the model context and
-    the carry-over the next task will see); takes no lock and writes nothing.  With -m: resumes
-    the session (closing what a crash left open, and saying what it repaired) and runs one
-    task on it with the session's recorded model; another model needs --change-model.  With
-    --goal-continue (instead of -m): continues its aborted or crashed goal; exit 0 only when
-    the goal completes.  What
-    the reader skipped is printed on stderr.  Exit 2 while another process holds the session.
+    """Continue a session, or show where it stands.  Without -m: the state rebuilt from the trace (turns, tokens, context, carry-over); no lock,
+    nothing written.  With -m: one task with the recorded model (--change-model for another),
+    after closing what a crash left open (repairs are printed).  --goal-continue (no -m)
+    continues an aborted or crashed goal.  Exit 2 while another process holds the session.
     """
     from ._diagnose import report
     from ._listing import resolve_session_id
-    from ._live import build_compaction
     from ._model import LlmOptions
-    from ._task import TaskOptions
+    from ._task import task_options
 
     with errors_to_exit_codes():
         g = globals_of(ctx)
@@ -174,18 +168,14 @@ def resume(
         if message is None and goal_opts is None:
             _print_state(loaded, as_json=as_json)
             return
-        opts = TaskOptions(
-            llm=LlmOptions(
+        opts = task_options(
+            LlmOptions(
                 script, llm.value if llm else None, model, base_url, api_key_env, change_model
             ),
-            approve=approve.value if approve else None,
+            approve=approve,
             workspace=workspace,
             max_turns=max_turns,
-            compaction=build_compaction(
-                max_context_length=max_context_length,
-                max_session_turns=max_session_turns,
-                compaction_mode=compaction_mode.value if compaction_mode else None,
-            ),
+            compaction=(max_context_length, max_session_turns, compaction_mode),
             subagents=subagents,
             as_json=as_json,
             goal=goal_opts,

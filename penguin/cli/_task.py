@@ -13,6 +13,7 @@ import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -34,7 +35,7 @@ from projections import markers as mk
 from ._clikit import CliError, err_console, out_console, workspace_dir, write_json
 from ._goal import GOAL_NOT_COMPLETE, GoalView
 from ._inspect import token_words
-from ._live import Subagents, drive
+from ._live import Subagents, build_compaction, drive
 from ._model import ApproveMode, LlmOptions, close_llm
 from ._safe import safe
 
@@ -47,6 +48,7 @@ __all__ = [
     "checked_workspace",
     "finish_task",
     "run_task",
+    "task_options",
 ]
 
 
@@ -80,6 +82,35 @@ class TaskOptions:
     subagents: bool
     as_json: bool
     goal: GoalOptions | None = None
+
+
+def task_options(
+    llm: LlmOptions,
+    *,
+    approve: Any,
+    workspace: Path | None,
+    max_turns: int | None,
+    compaction: tuple[int | None, int | None, Any],
+    subagents: bool,
+    as_json: bool,
+    goal: GoalOptions | None = None,
+) -> TaskOptions:
+    """``TaskOptions`` from the command line's values (enums as given by typer)."""
+    context, turns, mode = compaction
+    return TaskOptions(
+        llm=llm,
+        approve=approve.value if approve else None,
+        workspace=workspace,
+        max_turns=max_turns,
+        compaction=build_compaction(
+            max_context_length=context,
+            max_session_turns=turns,
+            compaction_mode=mode.value if mode else None,
+        ),
+        subagents=subagents,
+        as_json=as_json,
+        goal=goal,
+    )
 
 
 @dataclass(slots=True)
