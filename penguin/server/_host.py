@@ -31,7 +31,7 @@ from engine import (
     RetryPolicy,
     Session,
 )
-from engine.llm import DEFAULT_SCRIPT, ScriptedEnvironment, ScriptedLLM
+from engine.llm import ScriptedEnvironment, ScriptedLLM
 from eventstore import (
     DEFAULT_AGENT,
     DEFAULT_PROJECT,
@@ -61,7 +61,13 @@ log = logging.getLogger("penguin.server")
 
 
 def default_llm(model: str | None) -> LLM:
-    return ScriptedLLM(DEFAULT_SCRIPT)
+    """No model was chosen: refuse, never fall back to a demo script that runs real tools."""
+    raise ApiError(
+        409,
+        "no_model",
+        "this server has no model: start it with one (penguin serve --llm/--model or --script)"
+        " or pass llm_factory to create_app",
+    )
 
 
 def default_environment(llm: LLM, workspace: Path) -> Environment:

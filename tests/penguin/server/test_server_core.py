@@ -73,7 +73,7 @@ class _InProcess:
 
 
 async def test_r_srv_1_token_required_and_cookie_login_checks_origin(root: Path) -> None:
-    async with _InProcess(root) as c:
+    async with _InProcess(root, llm_factory=scripted([{"text": "ok"}])) as c:
         r = await c.get("/api/sessions", headers={"Authorization": ""})
         assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
         r = await c.get("/api/sessions", headers={"Authorization": "Bearer nope"})
@@ -107,6 +107,16 @@ def test_r_srv_1_token_generated_once_with_mode_0600(root: Path, monkeypatch: An
     assert create_app(root, watch=False).state.penguin.token == token
     monkeypatch.setenv("PENGUIN_SERVER_TOKEN", "from-env")
     assert create_app(root, watch=False).state.penguin.token == "from-env"
+
+
+async def test_without_a_model_sessions_are_refused_and_nothing_is_written(root: Path) -> None:
+    """Safe by default: an app built without ``llm_factory`` never falls back to a demo script
+    that would run real tools in the workspace."""
+    async with _InProcess(root) as c:
+        r = await c.post("/api/sessions", json={})
+        assert r.status_code == 409 and r.json()["error"]["code"] == "no_model"
+        assert "llm_factory" in r.json()["error"]["message"]
+    assert sorted(p.name for p in root.rglob("*.jsonl")) == []
 
 
 # ---------------------------------------------------------------------------- R-SRV-2/3 requests, sessions
