@@ -17,6 +17,7 @@ statement.  Known difference: of duplicate keys DuckDB reads the first, ``msgspe
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
@@ -80,20 +81,26 @@ _PAYLOAD: Final = (
 _VALUES: Final = (
     '{"timestamp":"VARCHAR","type":"VARCHAR","origin":"VARCHAR","payload":' + _PAYLOAD + "}"
 )
-# ``ty``: the JSON type of each leaf (``VARCHAR``, ``BIGINT``/``UBIGINT``, ``DOUBLE``,
-# ``OBJECT``, ``ARRAY``, ``BOOLEAN``, ``NULL``; SQL NULL when absent), by field name; the
-# envelope's own fields are ``_timestamp``, ``_type``, ``_origin``.
-_TYPED: Final = (
-    [("_timestamp", "$.timestamp"), ("_type", "$.type"), ("_origin", "$.origin")]
-    + [(k, f"$.payload.{k}") for k in _PAYLOAD_KEYS]
-    + [(f"{c}_{k}", f"$.payload.{c}.{k}") for c in ("session", "request") for k in _COUNT_KEYS]
-)
+# ``ty``: the JSON type of each payload leaf (``VARCHAR``, ``BIGINT``/``UBIGINT``, ``DOUBLE``,
+# ``OBJECT``, ``ARRAY``, ``BOOLEAN``, ``NULL``; SQL NULL when absent), by field name; only
+# the kinds ``KIND`` checks (``_TYPED_KINDS``) pay for it.
+_TYPED: Final = [
+    (k, f"$.payload.{k}") for k in _PAYLOAD_KEYS if k not in ("type", "event_type")
+] + [(f"{c}_{k}", f"$.payload.{c}.{k}") for c in ("session", "request") for k in _COUNT_KEYS]
 _TYPE_PATHS: Final = "[" + ", ".join(f"'{path}'" for _, path in _TYPED) + "]"
-_TYPES: Final = (
-    "struct_pack("
-    + ", ".join(f"{name} := t[{i}]" for i, (name, _) in enumerate(_TYPED, start=1))
-    + ")"
-)
+_TYPED_KINDS: Final = """
+    type = 'session_meta'
+    OR (type = 'event_msg' AND p.type IN ('request_end', 'token_usage', 'compaction_begin',
+        'compaction_end', 'abort', 'approval_decision', 'tool_list_ready'))
+    OR (type = 'model_msg' AND p.type IN ('tool_call', 'tool_call_output'))"""
+_TYPE_INDEX: Final = {name: i for i, (name, _) in enumerate(_TYPED, start=1)}
+
+
+def _inline_types(sql: str) -> str:
+    """``ty.name`` -> ``t[i]``: a struct of 40 fields per row costs more than the tests."""
+    return re.sub(r"\bty\.(\w+)", lambda m: f"t[{_TYPE_INDEX[m.group(1)]}]", sql)
+
+
 # The envelope as our writer (and the reference's) puts it: timestamp and type strings, then a
 # payload object.  Other lines are decided in Python, exactly.
 _CANONICAL: Final = r'^\{"timestamp":"[^"\\]*","type":"[a-z_]+","payload":\{'
@@ -162,19 +169,16 @@ def load(
     con.execute("DELETE FROM _files WHERE path IS NULL")
     # One chunk of files at a time: its bytes, lines and line texts live only while the chunk
     # is classified; ``_cls`` keeps the typed columns.
+    # The first statement only gives ``_cls`` its columns (``_blobs`` is empty); the others
+    # read the files' bytes straight into the classification, never into a table.
     con.execute("CREATE OR REPLACE TEMP TABLE _blobs (fid INTEGER, content BLOB)")
-    classify = _narrow(_classified(max_line_bytes))
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _cls AS {classify}")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _cls AS {_narrow(_classified(max_line_bytes))}")
+    con.execute("DROP TABLE _blobs")
+    read = "(SELECT f.fid, b.content FROM read_blob(?) b JOIN _files f ON f.path = b.filename)"
+    classify = _narrow(_classified(max_line_bytes, blobs=read))
     paths = [f.path for f in ordered]
     for start in range(0, len(paths), _CHUNK):
-        con.execute(
-            "INSERT INTO _blobs SELECT f.fid, b.content FROM read_blob(?) b "
-            "JOIN _files f ON f.path = b.filename",
-            [paths[start : start + _CHUNK]],
-        )
-        con.execute(f"INSERT INTO _cls {classify}")
-        con.execute("DELETE FROM _blobs")
-    con.execute("DROP TABLE _blobs")
+        con.execute(f"INSERT INTO _cls {classify}", [paths[start : start + _CHUNK]])
     _decide_the_rest(con)
     _records_and_diagnostics(con)
 
@@ -184,7 +188,7 @@ def load(
 # byte-aligned), so that only its bad lines are bad.
 _LINES: Final = """
     txt AS (
-        SELECT fid, try(decode(content)) AS text, content FROM _blobs
+        SELECT fid, try(decode(content)) AS text, content FROM {blobs}
     ), good AS (
         SELECT fid, string_split(
             CASE WHEN starts_with(text, chr(65279)) THEN text[2:] ELSE text END, chr(10)
@@ -215,15 +219,16 @@ _LINES: Final = """
 
 def _narrow(source: str) -> str:
     """The ``_cls`` row of each line of ``source`` (columns ``fid, line_no, unterminated,
-    nbytes, verdict, line, js, t``; ``js`` the record's JSON, ``t`` its ``_TYPE_PATHS`` types):
+    nbytes, verdict, line, js, v``; ``js`` the record's JSON, ``v`` it parsed by ``_VALUES``):
     the verdict, the line text only while undecided, and the
     record's typed columns (``RECORD_COLUMNS``) -- never the parsed payload itself, whose big
     strings (tool outputs, prompts) nothing downstream needs."""
-    return f"""
+    return _inline_types(f"""
         WITH parsed AS (
-            SELECT *, from_json(js, '{_VALUES}') AS v, {_TYPES} AS ty FROM {source}
+            SELECT *, v.type AS type, v.payload AS p FROM {source}
         ), typed AS (
-            SELECT *, v.type AS type, v.payload AS p FROM parsed
+            SELECT *, CASE WHEN {_TYPED_KINDS} THEN json_type(js, {_TYPE_PATHS}) END AS t
+            FROM parsed
         ), kinds AS (
             SELECT *, coalesce({KIND}, 'O') AS k,
                 type = 'event_msg' AND p.type = 'tool_list_ready' AND _is_arr(ty.tools) AS head
@@ -233,20 +238,22 @@ def _narrow(source: str) -> str:
             CASE WHEN verdict IS NULL THEN line END AS line, coalesce(head, false) AS head,
             {RECORD_COLUMNS}
         FROM kinds
-    """
+    """)
 
 
-def _classified(max_line_bytes: int) -> str:
+def _classified(max_line_bytes: int, *, blobs: str = "_blobs") -> str:
     """The source of ``_cls``: the non-blank lines, each with its verdict -- ``+`` a record, ``-why`` a bad
     line, NULL not decided yet (``_decide_the_rest``) -- and a record's typed columns.  The
     SQL decides the lines our writer (and the reference's) writes: envelope keys in canonical
     order, no ``origin``, nothing ``msgspec`` could judge otherwise."""
     limit = int(max_line_bytes)
     return f"""(
-        WITH {_LINES}, nb AS (
+        WITH {_LINES.format(blobs=blobs)}, nb AS (
             SELECT fid, line_no, line, nbytes, line_no = n_parts AS unterminated
             FROM lines
-            WHERE line IS NULL OR starts_with(line, '{{') OR trim(line, {_WS}) <> ''
+            -- CASE, not OR: the trim runs only on the rare line that does not open an object
+            WHERE CASE WHEN line IS NULL OR starts_with(line, '{{') THEN true
+                       ELSE trim(line, {_WS}) <> '' END
         ), fast AS (
             SELECT *,
                 NOT unterminated AND nbytes <= {limit} AND line IS NOT NULL
@@ -254,7 +261,7 @@ def _classified(max_line_bytes: int) -> str:
                 AND NOT ({_SUSPICIOUS}) AS canonical
             FROM nb
         ), parsed AS (
-            SELECT *, CASE WHEN canonical THEN json_type(line, {_TYPE_PATHS}) END AS t FROM fast
+            SELECT *, CASE WHEN canonical THEN from_json(line, '{_VALUES}') END AS v FROM fast
         )
         SELECT fid, line_no, unterminated, nbytes, line,
             CASE
@@ -264,10 +271,10 @@ def _classified(max_line_bytes: int) -> str:
                             ELSE nbytes || ' byte(s)' END || ')'
                 WHEN nbytes > {limit} THEN '-line longer than {limit} bytes'
                 WHEN line IS NULL THEN '-not JSON: invalid UTF-8'
-                WHEN canonical AND _null(t[3]) THEN '+'
+                WHEN canonical AND v.origin IS NULL THEN '+'
             END AS verdict,
-            CASE WHEN canonical AND _null(t[3]) THEN line END AS js,
-            CASE WHEN canonical AND _null(t[3]) THEN t END AS t
+            CASE WHEN canonical AND v.origin IS NULL THEN line END AS js,
+            CASE WHEN canonical AND v.origin IS NULL THEN v END AS v
         FROM parsed
     )"""
 
@@ -281,11 +288,11 @@ def _decide_the_rest(con: duckdb.DuckDBPyConnection) -> None:
     verdicts = [line_verdict(row[4]) for row in rows]
     source = f"""(
         SELECT fid, line_no, unterminated, nbytes, NULL AS line,
-            CASE WHEN starts_with(v, '+') THEN '+' ELSE v END AS verdict,
-            CASE WHEN starts_with(v, '+') THEN v[2:] END AS js,
-            CASE WHEN starts_with(v, '+') THEN json_type(v[2:], {_TYPE_PATHS}) END AS t
+            CASE WHEN starts_with(said, '+') THEN '+' ELSE said END AS verdict,
+            CASE WHEN starts_with(said, '+') THEN said[2:] END AS js,
+            CASE WHEN starts_with(said, '+') THEN from_json(said[2:], '{_VALUES}') END AS v
         FROM (SELECT unnest(?) AS fid, unnest(?) AS line_no, unnest(?) AS unterminated,
-                     unnest(?) AS nbytes, unnest(?) AS v)
+                     unnest(?) AS nbytes, unnest(?) AS said)
     )"""
     con.execute("DELETE FROM _cls WHERE verdict IS NULL")
     con.execute(

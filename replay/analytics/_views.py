@@ -79,8 +79,8 @@ END"""
 RECORD_COLUMNS: Final = """
     v.timestamp AS ts,
     v.type AS type,
-    coalesce(NOT _null(ty._origin) AND NOT (ty._origin = 'ARRAY' AND v.origin = '[]'), false)
-        AS has_origin,
+    -- the reader accepts only a list (or null) as ``origin``: the text tells an empty one
+    coalesce(v.origin <> '[]', false) AS has_origin,
     p.type AS ptype,
     k,
     CASE WHEN k IN ('TC', 'TO', 'D') THEN p.tool_call_id END AS call_id,
