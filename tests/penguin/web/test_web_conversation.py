@@ -32,7 +32,8 @@ SCRIPT = {
             },
         ],
         [{"text": "All done: *two* files."}],
-        [{"text": "Second answer."}],
+        # A compaction's summary (and the wrap-up round of the goal test).
+        [{"text": "[summary]The user asked for the files; there are two.[/summary]"}],
     ],
 }
 
@@ -197,3 +198,32 @@ def test_r_web_3_goal_mode_with_a_budget_shows_its_rounds(page: Any, server: Ser
     assert page.locator(".b-user .plain").first.inner_text() == "Make the files"
     page.wait_for_selector(".tag.goal >> text=goal budget_limited · 2 rounds")
     shot(page, "web-goal")
+
+
+def test_r_web_3_deny_a_call(page: Any, server: Server) -> None:
+    sid = server.api("POST", "/api/sessions", {"approval": "ask"})["id"]
+    page.goto(f"{server.base}/#/s/{sid}")
+    page.fill(".composer textarea", "List them")
+    page.click("button.send")
+    page.click(".tool button.deny")
+    page.wait_for_selector(".tool .tag.decision.deny")
+    page.wait_for_selector(".b-assistant >> text=All done:")
+    assert page.locator(".tool button.approve").count() == 0
+    assert "denied" in page.locator(".tool .tag").first.inner_text()
+
+
+def test_r_web_3_compact_then_disabled_with_the_reason(page: Any, server: Server) -> None:
+    _task_done(page, server)
+    page.wait_for_selector("button.compact:not([disabled])")
+    page.click("button.compact")
+    page.wait_for_selector(".notice.compaction >> text=Compaction started (manual")
+    page.wait_for_selector(".notice.compaction >> text=Compaction completed")
+    # The summary and the prompt are folded under the compaction, not shown as a reply.
+    assert page.locator(".b-folded summary").all_inner_texts() == [
+        "Compaction summary",
+        "Compaction prompt",
+    ]
+    assert page.locator(".b-assistant >> text=[summary]").count() == 0
+    page.wait_for_selector(".compact-why >> text=the context was just compacted")
+    assert page.locator("button.compact").is_disabled()
+    shot(page, "web-compacted")

@@ -65,6 +65,9 @@ export class Transcript {
   }
 
   text(p, position) {
+    if (this.inCompaction && p.role === "user") {
+      return this.push({ kind: "folded", label: "Compaction prompt", text: p.text, position });
+    }
     if (p.role === "user") {
       const lines = (p.text || "").split("\n");
       const images = lines.map((l) => l.match(ATTACHED)).filter(Boolean).map((m) => m[1]);
@@ -87,6 +90,11 @@ export class Transcript {
   complete(key, kind, text, p, position) {
     const block = this.open.get(key);
     this.open.delete(key);
+    if (this.inCompaction && kind === "assistant") {  // the summary: folded, not a reply
+      if (block) Object.assign(block, { kind: "folded", label: "Compaction summary", text, streaming: false, position });
+      if (block) { this.refresh(block); return block; }
+      return this.push({ kind: "folded", label: "Compaction summary", text, position });
+    }
     if (block) {
       Object.assign(block, { text, stop: p.stop_reason, streaming: false, position });
       this.refresh(block);
@@ -179,8 +187,10 @@ export class Transcript {
         this.dropOpen();
         return this.push({ kind: "notice", cls: "abort", text: `Aborted${p.reason ? `: ${p.reason}` : ""}` });
       case "compaction_begin":
+        this.inCompaction = true;
         return this.push({ kind: "notice", cls: "compaction", text: `Compaction started (${p.reason}, ${p.mode}; ${p.turns} turns, ${p.context} tokens)` });
       case "compaction_end":
+        this.inCompaction = false;
         return this.push({ kind: "notice", cls: "compaction", text: `Compaction ${p.status} (${p.reason}, ${p.mode})${p.error_message ? `: ${p.error_message}` : ""}` });
       case "subagent": {
         const host = this.subHosts.get(p.session_id) || this.lastRunningTool();
@@ -356,6 +366,10 @@ const RENDER = {
         h("div", { class: "muted small" }, "Subagent ",
           b.child ? h("a", { href: `#/s/${encodeURIComponent(b.child)}` }, b.child) : null),
         b.children.map((c) => h("div", { class: `nested-msg ${c.role}` }, visible(c.text)))) : null);
+  },
+  folded(b) {
+    return h("details", { class: "folded" }, h("summary", null, b.label),
+      h("div", { class: "body plain" }, visible(b.text)));
   },
   image(b, t) {
     return h("div", { class: `msg ${b.role}` }, h("img", { class: "shot", alt: "image", src: imageSrc(t.sessionId, b.src) }));
