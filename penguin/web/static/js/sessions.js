@@ -30,6 +30,8 @@ export function sessionsView(root) {
   }
   const reload = () => { clearTimeout(timer); timer = setTimeout(load, 150); };
   const source = openStream("/api/events", {
+    // Once subscribed, list again: a session created before the subscription is not missed.
+    onOpen: reload,
     onServer: (ev) => {
       if (ev.type === "session_state") {
         states.set(ev.id, ev.state);
