@@ -69,6 +69,7 @@ import functools
 import json
 import tempfile
 from collections.abc import Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -76,7 +77,14 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import anyio
 import msgspec
 
-from engine import DEFAULT_MAX_TURNS, CompactionSettings, GoalOptions, RetryPolicy, Session
+from engine import (
+    DEFAULT_MAX_TURNS,
+    CompactionSettings,
+    GoalOptions,
+    RetryPolicy,
+    Session,
+    SessionSubagentRunner,
+)
 from eventstore import (
     AbortPayload,
     CompactionBeginPayload,
@@ -97,6 +105,15 @@ from projections import markers as mk
 
 from ._diff import diff_traces
 from ._replay_llm import Located, ReplayEnvironment, ReplayLLM, TraceSource, load_located
+from ._replay_subagents import (
+    ChildLink,
+    SubagentReplayEnvironment,
+    child_links,
+    child_placeholders,
+    find_child_trace,
+    parent_files,
+    pointer_ids,
+)
 from ._resume import resume_session
 
 __all__ = [
@@ -204,7 +221,8 @@ def normalize(records: Sequence[OmniMessage], *, like: Sequence[OmniMessage] = (
     """The normalized JSON lines of ``records`` (see the module docstring).  ``like`` adds the
     session ids and paths of another session to replace (the other side of a comparison)."""
     metas = [r.payload for r in (*records, *like) if isinstance(r.payload, SessionMetaPayload)]
-    pairs = _placeholders(metas)
+    children = [*child_placeholders(pointer_ids(records)), *child_placeholders(pointer_ids(like))]
+    pairs = sorted([*_placeholders(metas), *children], key=lambda kv: -len(kv[0]))
     return [_dump(_normal_object(r, pairs)) for r in records]
 
 
@@ -248,7 +266,12 @@ def _compare(
 ) -> tuple[list[str], list[str], Divergence | None]:
     recorded = [loc.record for loc in expected]
     metas = [r.payload for r in (*recorded, *actual) if isinstance(r.payload, SessionMetaPayload)]
-    pairs = _placeholders(metas)
+    # Child ids in pointers are named by their order (R-SUB-3), on each side.
+    children = [
+        *child_placeholders(pointer_ids(recorded)),
+        *child_placeholders(pointer_ids(actual)),
+    ]
+    pairs = sorted([*_placeholders(metas), *children], key=lambda kv: -len(kv[0]))
     exp_obj = [_normal_object(r, pairs) for r in recorded[:stop]]
     act_obj = [_normal_object(r, pairs) for r in actual]
     exp_lines = [_dump(o) for o in exp_obj]
@@ -585,7 +608,12 @@ def _infer(
 # --------------------------------------------------------------------------- replay
 
 
-async def _drain(session: Session, step: _Step, env: ReplayEnvironment, root: DataRoot) -> None:
+async def _drain(
+    session: Session,
+    step: _Step,
+    env: ReplayEnvironment | SubagentReplayEnvironment,
+    root: DataRoot,
+) -> None:
     if step.kind == "compact":
         await session.compact()
         return
@@ -623,8 +651,15 @@ async def areplay_trace(
     stall_timeout: float = 2.0,
 ) -> ReplayResult:
     """Re-run a recorded session and compare (see the module docstring).  ``trace`` is a trace
-    file, a session's files, the directory holding them, or a list of records."""
+    file, a session's files, the directory holding them, or a list of records.  Children of a
+    session that used subagents are replayed from their own traces, found beside the parent's
+    (R-SUB-3); a divergence in a child names the child's file."""
+    trace, near = parent_files(trace)
     located = load_located(trace)
+    children = [
+        (link, load_located(find_child_trace(link.session_id, near)))
+        for link in child_links(located)
+    ]
     meta = next(
         (
             loc.record.payload
@@ -645,10 +680,14 @@ async def areplay_trace(
     )
     steps = _plan(located)
     replayable, stopped, stop = _replayable(steps, len(located))
-    actual = await _rerun(located, meta, replayable, settings, stall_timeout=stall_timeout)
+    actual, replayed = await _rerun(
+        located, meta, replayable, settings, children=children, stall_timeout=stall_timeout
+    )
     expected_lines, actual_lines, divergence = _compare(located, stop, actual)
     if divergence is not None:
         divergence = _with_structure(divergence, [loc.record for loc in located[:stop]], actual)
+    else:
+        divergence = _child_divergence(children, replayed)
     return ReplayResult(
         matched=divergence is None,
         runs_compared=sum(1 for s in replayable if s.kind == "run"),
@@ -672,61 +711,135 @@ def _replayable(steps: list[_Step], records: int) -> tuple[list[_Step], str | No
     return replayable, None, records if replayable else 0
 
 
+def _child_divergence(
+    children: list[tuple[ChildLink, list[Located]]], replayed: dict[str, list[OmniMessage]]
+) -> Divergence | None:
+    """The first divergence of a replayed child from its recorded trace, named by the child."""
+    for link, recorded in children:
+        actual = replayed.get(link.session_id, [])
+        _, _, divergence = _compare(recorded, len(recorded), actual)
+        if divergence is not None:
+            divergence = _with_structure(divergence, [loc.record for loc in recorded], actual)
+            reason = f"in subagent {link.session_id}: {divergence.reason}"
+            return dataclasses.replace(divergence, reason=reason)
+    return None
+
+
+def _child_runners(
+    children: list[tuple[ChildLink, list[Located]]],
+    root: DataRoot,
+    workspace: Path,
+    *,
+    stall_timeout: float,
+    started: dict[str, str],
+) -> dict[str, tuple[ChildLink, SessionSubagentRunner, Any]]:
+    """One runner per recorded child, replaying it as its own session with its own recorded
+    answers and settings; ``started`` maps each recorded child id to its replayed id."""
+    out: dict[str, tuple[ChildLink, SessionSubagentRunner, Any]] = {}
+    for link, recorded in children:
+        child_llm = ReplayLLM([loc.record for loc in recorded], mode="all")
+        child_env = ReplayEnvironment.from_llm(child_llm, stall_timeout=stall_timeout)
+        meta = next(r.record.payload for r in recorded if r.record.type == "session_meta")
+        assert isinstance(meta, SessionMetaPayload)
+        s = _infer(
+            recorded,
+            max_turns=None,
+            max_context_length=None,
+            max_session_turns=None,
+            compaction_mode=None,
+            retry=None,
+        )
+
+        def on_child(child: Session, recorded_id: str = link.session_id) -> None:
+            started[recorded_id] = child.id
+
+        runner = SessionSubagentRunner(
+            functools.partial(lambda llm: llm, child_llm),
+            root=root,
+            workspace=workspace,
+            environment_factory=functools.partial(lambda env, _r: env, child_env),
+            on_child=on_child,
+            system_prompt=meta.system_prompt,
+            compaction=s.compaction,
+            max_turns=s.max_turns,
+            retry=s.retry,
+            fsync="never",
+        )
+        out[link.call_id] = (link, runner, child_env.approve)
+    return out
+
+
 async def _rerun(
     located: list[Located],
     meta: SessionMetaPayload,
     replayable: list[_Step],
     settings: _Settings,
     *,
+    children: list[tuple[ChildLink, list[Located]]],
     stall_timeout: float,
-) -> list[OmniMessage]:
+) -> tuple[list[OmniMessage], dict[str, list[OmniMessage]]]:
     """Re-run ``replayable`` in a scratch data root with the recorded answers; the records the
-    re-run wrote."""
+    re-run wrote, and those of each child (by recorded child id)."""
     llm = ReplayLLM([loc.record for loc in located], mode="all")
-    env = ReplayEnvironment.from_llm(llm, stall_timeout=stall_timeout)
+    replay_env = ReplayEnvironment.from_llm(llm, stall_timeout=stall_timeout)
     options: dict[str, Any] = {
         "compaction": settings.compaction,
         "max_turns": settings.max_turns,
         "retry": settings.retry,
         "fsync": "never",
     }
-    actual: list[OmniMessage] = []
     with tempfile.TemporaryDirectory(prefix="penguin-replay-") as tmp:
         root = DataRoot(Path(tmp) / "home")
         workspace = Path(tmp) / "workspace"
         workspace.mkdir()
+        started: dict[str, str] = {}
+        runners = _child_runners(
+            children, root, workspace, stall_timeout=stall_timeout, started=started
+        )
+        env = SubagentReplayEnvironment(replay_env, runners) if runners else replay_env
         session_id: str | None = None
         segments: list[list[_Step]] = []
         for step in replayable:
             if step.resume_before or not segments:
                 segments.append([])
             segments[-1].append(step)
-        for segment in segments:
-            if session_id is None:
-                session = await Session.create(
-                    llm=llm,
-                    environment=env,
-                    root=root,
-                    workspace=workspace,
-                    system_prompt=meta.system_prompt,
-                    source=meta.source,
-                    **options,
-                )
-            else:
-                session = await resume_session(
-                    root, session_id, llm=llm, environment=env, workspace=workspace, **options
-                )
-            async with session:
-                session_id = session.id
-                for step in segment:
-                    await _drain(session, step, env, root)
-        if session_id is not None:
-            try:
-                files = root.trace_files(session_id)
-            except FileNotFoundError:
-                files = []
-            actual = [loc.record for loc in load_located(files)] if files else []
-    return actual
+        async with AsyncExitStack() as stack:
+            # The children run in their runners' task groups, open around the parent.
+            for _, runner, _ in runners.values():
+                await stack.enter_async_context(runner)
+            for segment in segments:
+                if session_id is None:
+                    session = await Session.create(
+                        llm=llm,
+                        environment=env,
+                        root=root,
+                        workspace=workspace,
+                        system_prompt=meta.system_prompt,
+                        source=meta.source,
+                        **options,
+                    )
+                else:
+                    session = await resume_session(
+                        root, session_id, llm=llm, environment=env, workspace=workspace, **options
+                    )
+                async with session:
+                    session_id = session.id
+                    for step in segment:
+                        await _drain(session, step, env, root)
+        actual = _written(root, session_id)
+        replayed = {recorded: _written(root, sid) for recorded, sid in started.items()}
+    return actual, replayed
+
+
+def _written(root: DataRoot, session_id: str | None) -> list[OmniMessage]:
+    """The records the replay wrote for ``session_id`` (none when it wrote nothing)."""
+    if session_id is None:
+        return []
+    try:
+        files = root.trace_files(session_id)
+    except FileNotFoundError:
+        return []
+    return [loc.record for loc in load_located(files)] if files else []
 
 
 def replay_trace(

@@ -5,11 +5,20 @@ Owns: the command and its output.  Does not: replay (``replay.golden.replay_trac
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ._clikit import err_console, errors_to_exit_codes, out_console, resolve_target, write_json
+from ._clikit import (
+    CliError,
+    err_console,
+    errors_to_exit_codes,
+    find_trace_files,
+    out_console,
+    resolve_target,
+    write_json,
+)
 from ._options import JsonOpt, ModeChoice
 from ._run import globals_of
 from ._safe import safe
@@ -28,7 +37,8 @@ def replay(
     target: Annotated[
         str,
         typer.Argument(
-            help="A session id, a trace file, or a directory holding one session's files.",
+            help="A session id, a trace file, or a directory holding one session's files "
+            "(and its subagents').",
             show_default=False,
             metavar="SESSION_OR_PATH",
         ),
@@ -77,9 +87,18 @@ def replay(
     with errors_to_exit_codes():
         from replay.golden import replay_trace  # heavy: only this command needs it
 
-        t = resolve_target(target, globals_of(ctx))
+        source: Path | list[Path]
+        try:
+            t = resolve_target(target, globals_of(ctx))
+            source = t.files if len(t.files) > 1 else t.files[0]
+        except CliError:
+            # A session's directory may hold its subagents' sessions too: replay picks the
+            # parent (R-SUB-3) and refuses, naming them, when there is no single one.
+            if not Path(target).is_dir() or not find_trace_files(Path(target)):
+                raise
+            source = Path(target)
         result = replay_trace(
-            t.files if len(t.files) > 1 else t.files[0],
+            source,
             max_turns=max_turns,
             max_context_length=max_context_length,
             max_session_turns=max_session_turns,

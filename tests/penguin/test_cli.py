@@ -701,6 +701,23 @@ def test_replay_match_and_divergence_r_cli_6(tmp_path: Path) -> None:
     assert {"index", "expected", "actual", "reason"} <= set(data["divergence"])
 
 
+def test_replay_of_a_session_with_a_subagent_r_cli_6(tmp_path: Path) -> None:
+    """R-CLI-6, R-SUB-3: the corpus's subagent session replays (its directory or the parent's
+    file, the child found beside it); without the child's trace it is a clear exit-2 error."""
+    corpus = Path(__file__).parents[2] / "fixtures" / "traces" / "subagent"
+    result = invoke("replay", corpus)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("match (1 of 1 run(s) compared)")
+    (parent,) = [p for p in corpus.rglob("*.jsonl") if b'"type":"subagent"' in p.read_bytes()]
+    assert invoke("replay", parent).exit_code == 0
+    alone = tmp_path / "alone" / parent.parent.name / parent.name
+    alone.parent.mkdir(parents=True)
+    alone.write_bytes(parent.read_bytes())
+    result = invoke("replay", alone)
+    assert result.exit_code == 2, result.output
+    assert "the trace of subagent session-" in result.stderr
+
+
 # --------------------------------------------------------------------------- stats (R-CLI-7)
 
 

@@ -63,6 +63,7 @@ RUNS: dict[str, tuple[int, int]] = {
     "multi_file": (3, 3),
     "resumed": (2, 2),
     "goal": (1, 1),
+    "subagent": (1, 1),
 }
 # A scenario is a directory laid out as <scenario>/<yyyy-mm-dd>/<session_id>_<NNN>.jsonl (other
 # corpora beside it, such as hostile/, have their own layout and tests).
@@ -126,8 +127,13 @@ def test_every_intact_fixture_replays(scenario: str) -> None:
 
 @pytest.mark.parametrize("scenario", INTACT)
 def test_every_intact_fixture_validates(scenario: str) -> None:
-    """INV-18: what the engine wrote passes the validator with no finding at all."""
-    assert validate_session(files(scenario)) == []
+    """INV-18: what the engine wrote passes the validator with no finding at all (each
+    session of the scenario: a subagent's trace lies beside its parent's)."""
+    sessions: dict[str, list[Path]] = {}
+    for path in files(scenario):
+        sessions.setdefault(path.name.rsplit("_", 1)[0], []).append(path)
+    for paths in sessions.values():
+        assert validate_session(paths) == []
 
 
 @pytest.mark.skipif(not REFERENCE.is_dir(), reason="reference traces not present")
@@ -502,3 +508,49 @@ def test_records_in_memory_replay_and_report_without_a_file() -> None:
     assert result.divergence.file is None
     assert str(result).startswith(f"<records>:{n + 1}: expected ")
     assert result.divergence.reason == "request_end: payload.attempt missing"
+
+
+# --------------------------------------------------------------------------- subagents
+
+
+def subagent_files(base: Path) -> tuple[Path, Path]:
+    """The parent's and the child's trace file of a copy of the ``subagent`` scenario."""
+    (parent,) = [p for p in files(base) if b'"type":"subagent"' in p.read_bytes()]
+    (child,) = [p for p in files(base) if p != parent]
+    return parent, child
+
+
+def test_a_session_with_a_subagent_replays_with_its_child() -> None:
+    """R-SUB-3, R-CLI-6: the child is replayed from its own trace as its own session, so the
+    parent writes its ``subagent`` pointer again; the child id is named by its order."""
+    result = assert_replays(FIXTURES / "subagent")
+    pointers = [line for line in result.normalized if '"type":"subagent"' in line]
+    assert pointers == [
+        '{"type":"event_msg","payload":{"type":"subagent","session_id":"<subagent:1>"}}'
+    ]
+    parent, _ = subagent_files(FIXTURES / "subagent")
+    assert str(assert_replays(parent)) == "match"  # the child is found beside the parent's file
+
+
+def test_a_tampered_child_trace_diverges_naming_the_child(tmp_path: Path) -> None:
+    """R-SUB-3: each replayed child is compared with its recorded trace.  The child's prompt
+    comes from the parent's call, so a child trace that disagrees with it diverges there."""
+    copy_scenario("subagent", tmp_path / "s")
+    _, child = subagent_files(tmp_path / "s")
+    child.write_text(child.read_text().replace('"Read notes.txt"', '"Read other.txt"'))
+    result = replay_trace(tmp_path / "s")
+    assert not result.matched
+    d = result.divergence
+    assert d is not None and d.file == child
+    assert d.line == line_of(child, "Read other.txt")
+    assert d.reason.startswith(f"in subagent {child.name.rsplit('_', 1)[0]}: text:")
+
+
+def test_a_missing_child_trace_is_a_clear_error(tmp_path: Path) -> None:
+    """R-SUB-3: the pointer names a child whose trace is not there: the error names it."""
+    copy_scenario("subagent", tmp_path / "s")
+    parent, child = subagent_files(tmp_path / "s")
+    child.unlink()
+    child_id = child.name.rsplit("_", 1)[0]
+    with pytest.raises(FileNotFoundError, match=f"subagent {child_id} .* not found"):
+        replay_trace(parent)
