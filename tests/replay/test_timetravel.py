@@ -100,26 +100,36 @@ def test_request_at_equals_every_recorded_request(
     name, scenario, damage, _ = case
     rec = Recording(monkeypatch)
 
-    async def run() -> list[Path]:
+    async def run() -> tuple[list[Path], list[list[Path]]]:
         ctx = await scenario(tmp_path)
-        return DataRoot(ctx.home).trace_files(ctx.session.id)
+        root = DataRoot(ctx.home)
+        return root.trace_files(ctx.session.id), [root.trace_files(c) for c in ctx.children]
 
-    files = anyio.run(run)
+    files, children = anyio.run(run)
+    requests = rec.requests
+    if children:  # a subagent's requests rebuild from its own trace (its own system prompt)
+        (child,) = children
+        requests = [r for r in rec.requests if r.system_prompt == fixtures.SYSTEM]
+        child_requests = [r for r in rec.requests if r.system_prompt != fixtures.SYSTEM]
+        child_positions = begins(child)
+        assert len(child_positions) == len(child_requests) > 0
+        for position, sent in zip(child_positions, child_requests, strict=True):
+            same(request_at(child, position), sent, f"{name} child at {position}")
     if damage is not None:
         damage(files)
         files = [f for f in files if f.exists()]
     positions = begins(files)
     assert positions, name
     if damage is None:
-        assert len(positions) == len(rec.requests)
+        assert len(positions) == len(requests)
     else:
-        assert 0 < len(positions) <= len(rec.requests)
+        assert 0 < len(positions) <= len(requests)
     keep = INTACT_PREFIX.get(name) or len(positions)
-    for position, sent in list(zip(positions, rec.requests, strict=False))[:keep]:
+    for position, sent in list(zip(positions, requests, strict=False))[:keep]:
         same(request_at(files, position), sent, f"{name} at {position}")
     if name == "damaged_malformed_middle":  # the lost reply is missing from the next request
         with pytest.raises(AssertionError):
-            same(request_at(files, positions[1]), rec.requests[1], name)
+            same(request_at(files, positions[1]), requests[1], name)
 
 
 def test_synthesized_messages_are_marked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
