@@ -2,47 +2,104 @@
 
 ``Session`` drives Tasks against an ``LLM`` and an ``Environment``; every record goes through
 the trace writer and is folded into the projections, which are the session's only state.
+
+Names load on first use (PEP 562), so importing one module (``engine._config``, say) does not
+load the session loop, anyio and the tools; the ``TYPE_CHECKING`` block is the same surface for
+mypy and IDEs (issue 18).
 """
 
 from __future__ import annotations
 
-from eventstore import ToolDefinition
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
-from ._config import (
-    DEFAULT_MAX_TURNS,
-    RETRYABLE_STATUSES,
-    CompactionSettings,
-    RetryPolicy,
-    check_workspace,
-)
-from ._exceptions import EngineError, SessionBroken, SessionBusy
-from ._goal import GoalOptions
-from ._local import LocalEnvironment, ToolContext
-from ._protocols import (
-    LLM,
-    Approval,
-    ApproveFn,
-    BindsScratchpad,
-    DeclaresContextWindow,
-    Environment,
-    LLMOutcome,
-    LLMRequest,
-    NamesModel,
-    NamesProvider,
-    allow_all,
-    deny_all,
-    llm_identity,
-)
-from ._session import Compactability, RecordListener, Session
-from ._signal import AbortSignal
-from ._subagent import (
-    RUN_SUBAGENT,
-    SessionSubagentRunner,
-    SubagentOutcome,
-    SubagentRunner,
-    subagent_tool,
-)
-from ._tools import Tool, ToolError, ToolResult, builtin_tools
+if TYPE_CHECKING:
+    from eventstore import ToolDefinition
+
+    from ._config import (
+        DEFAULT_MAX_TURNS,
+        RETRYABLE_STATUSES,
+        CompactionSettings,
+        RetryPolicy,
+        check_workspace,
+    )
+    from ._exceptions import EngineError, SessionBroken, SessionBusy
+    from ._goal import GoalOptions
+    from ._local import LocalEnvironment, ToolContext
+    from ._protocols import (
+        LLM,
+        Approval,
+        ApproveFn,
+        BindsScratchpad,
+        DeclaresContextWindow,
+        Environment,
+        LLMOutcome,
+        LLMRequest,
+        NamesModel,
+        NamesProvider,
+        allow_all,
+        deny_all,
+        llm_identity,
+    )
+    from ._session import Compactability, RecordListener, Session
+    from ._signal import AbortSignal
+    from ._subagent import (
+        RUN_SUBAGENT,
+        SessionSubagentRunner,
+        SubagentOutcome,
+        SubagentRunner,
+        subagent_tool,
+    )
+    from ._tools import Tool, ToolError, ToolResult, builtin_tools
+
+# Public name -> the module that defines it.
+_LAZY: dict[str, str] = {
+    "ToolDefinition": "eventstore",
+    **dict.fromkeys(
+        (
+            "DEFAULT_MAX_TURNS",
+            "RETRYABLE_STATUSES",
+            "CompactionSettings",
+            "RetryPolicy",
+            "check_workspace",
+        ),
+        "._config",
+    ),
+    **dict.fromkeys(("EngineError", "SessionBroken", "SessionBusy"), "._exceptions"),
+    "GoalOptions": "._goal",
+    **dict.fromkeys(("LocalEnvironment", "ToolContext"), "._local"),
+    **dict.fromkeys(
+        (
+            "LLM",
+            "Approval",
+            "ApproveFn",
+            "BindsScratchpad",
+            "DeclaresContextWindow",
+            "Environment",
+            "LLMOutcome",
+            "LLMRequest",
+            "NamesModel",
+            "NamesProvider",
+            "allow_all",
+            "deny_all",
+            "llm_identity",
+        ),
+        "._protocols",
+    ),
+    **dict.fromkeys(("Compactability", "RecordListener", "Session"), "._session"),
+    "AbortSignal": "._signal",
+    **dict.fromkeys(
+        (
+            "RUN_SUBAGENT",
+            "SessionSubagentRunner",
+            "SubagentOutcome",
+            "SubagentRunner",
+            "subagent_tool",
+        ),
+        "._subagent",
+    ),
+    **dict.fromkeys(("Tool", "ToolError", "ToolResult", "builtin_tools"), "._tools"),
+}
 
 __all__ = [
     "DEFAULT_MAX_TURNS",
@@ -84,3 +141,16 @@ __all__ = [
     "llm_identity",
     "subagent_tool",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    source = _LAZY.get(name)
+    if source is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(source, __name__), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

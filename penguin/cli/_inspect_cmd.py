@@ -91,13 +91,13 @@ def inspect(
     context, a timeline of request spans with tool calls, approvals, outputs, compactions and
     aborts, and what the reader skipped.  Reads only; takes no lock.  A subagent pointer that
     cannot be followed (--children) is reported, not an error."""
-    from ._at import show_at
-
     with errors_to_exit_codes():
         g = globals_of(ctx)
         _check_views(children=children, records=records, follow=follow, at=at, file=file)
         t = resolve_target(target, g)
         if at is not None:
+            from ._at import show_at  # the replay library: only --at needs it
+
             point = show_at(out_console(), t.files, at, as_json=as_json)
             if point is not None:
                 write_json(point)

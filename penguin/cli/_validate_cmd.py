@@ -42,11 +42,11 @@ _PROGRESS_BYTES: Final = 32 * 2**20
 @contextmanager
 def progress(total: int, description: str, *, enabled: bool) -> Iterator[Callable[[int], None]]:
     """A progress bar on stderr (never on stdout, so ``--json`` stays clean)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     if not enabled or total <= 0:
         yield lambda _n: None
         return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
