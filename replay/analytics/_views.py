@@ -144,7 +144,9 @@ _SQL: Final = [
     """
     CREATE OR REPLACE TEMP VIEW _fold AS
     WITH base AS (
-        SELECT *, lag(k) OVER (PARTITION BY sid ORDER BY seq) AS prev_k
+        -- only the columns the fold reads: windows over the wide records cost ten times more
+        SELECT sid, seq, fid, ordinal, ts, k, status, attempt, retry_in_ms, error_message, req,
+            sess, lag(k) OVER (PARTITION BY sid ORDER BY seq) AS prev_k
         FROM _ev
         WHERE NOT has_origin AND k <> 'P'
     ), rel AS (
