@@ -11,8 +11,10 @@ fragments), all at once, with two SSE subscribers per session in this process.  
 - one session's stream to one client, against iterating ``run()`` in process over the same
   script, measured in the same run (events per second each, and the ratio); target >= 0.5.
 
-The machine is shared; the figures are what this run saw.  ``BENCH_SERVER_SESSIONS`` scales the
-fan-out (default 100).
+The machine is shared; the figures are what this run saw, so the load average is printed with
+them, and so is the server's CPU time per delivered event during the fan-out (from
+``/proc/<pid>/stat``; it depends far less on the load than the rates do).
+``BENCH_SERVER_SESSIONS`` scales the fan-out (default 100).
 """
 
 from __future__ import annotations
@@ -75,6 +77,15 @@ async def _spawn(home: Path, script_path: Path) -> tuple[Any, str]:
         while (m := re.search(rb"listening on (http://127\.0\.0\.1:\d+)", buf)) is None:
             buf += await proc.stderr.receive()
     return proc, m.group(1).decode()
+
+
+def _cpu_s(pid: int) -> float | None:
+    """The process's user + system CPU seconds (Linux only; ``None`` elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _epoch(ts: bytes) -> float:
@@ -148,7 +159,9 @@ async def _run() -> dict[str, Any]:
         proc, base = await _spawn(home / "root", script_path)
         try:
             one_events, one_s, _ = await _fan_out(base, 1)
+            cpu0 = _cpu_s(proc.pid)
             events, elapsed, lat = await _fan_out(base, SESSIONS)
+            cpu1 = _cpu_s(proc.pid)
         finally:
             proc.send_signal(signal.SIGTERM)
             await proc.wait()
@@ -164,6 +177,8 @@ async def _run() -> dict[str, Any]:
         "one_stream_events_per_s": one_events / one_s,
         "run_events_per_s": run_events / run_s,
         "ratio": (one_events / one_s) / (run_events / run_s),
+        "cpu_us_per_event": None if cpu0 is None or cpu1 is None else (cpu1 - cpu0) / events * 1e6,
+        "load": os.getloadavg()[0],
     }
 
 
@@ -177,6 +192,11 @@ def main() -> None:
     print(
         f"server: one stream {r['one_stream_events_per_s']:,.0f} events/s vs run() in process "
         f"{r['run_events_per_s']:,.0f} events/s: ratio {r['ratio']:.2f} (target >= 0.5)"
+    )
+    cpu = r["cpu_us_per_event"]
+    print(
+        f"server: {'n/a' if cpu is None else f'{cpu:.0f}'} us of server CPU per delivered event; "
+        f"load average {r['load']:.1f} on {os.cpu_count()} CPUs"
     )
 
 

@@ -119,7 +119,11 @@ class TurnRunner:
             status = outcome.status
             if status == "completed" and not run.signal.aborted:
                 return attempt.called_tools
-            if run.signal.aborted or status == "aborted":
+            if run.signal.aborted and attempt.retry_in_ms is not None:
+                # The request_end promised a retry, so its wait had begun (R-RETRY-13), even
+                # if the abort came while that record was being made durable.
+                reason = mk.ABORT_DURING_BACKOFF
+            elif run.signal.aborted or status == "aborted":
                 reason = mk.ABORT_BY_USER
             elif status == "auth" or (status == "failed" and outcome.permanent):
                 reason = mk.abort_llm_request_error(outcome.message)
@@ -197,7 +201,10 @@ class TurnRunner:
                 attempt=attempt_stamp(outcome.status, reconnects),
                 retry_in_ms=retry_in_ms,
             )
-            self._rec.emit(end, shown)
+            # The fdatasync of a turn end (R-TRACE-16) runs off the event loop, and this turn is
+            # durable before the caller can start the next request.
+            self._rec.emit(end, shown, defer_sync=True)
+        await self._rec.settle()
         return Attempt(
             outcome=outcome, called_tools=called, outputs=outputs, retry_in_ms=retry_in_ms
         )

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
@@ -21,6 +22,10 @@ __all__ = ["SSEResponse"]
 
 HEARTBEAT_S: Final = 15.0
 _BATCH: Final = 256
+# Well under the 50 ms write->client budget (issue 19), and long enough for a busy server's
+# sessions to push several events each.
+_LINGER_S: Final = 0.004
+_LINGER_BELOW: Final = 32
 _HEADERS: Final = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
@@ -81,16 +86,23 @@ class SSEResponse(Response):
             if first is None:
                 await _chunk(send, b": heartbeat\n\n")
                 continue
-            # One scheduling round lets the session push what it has ready: one write then
-            # carries many events (an HTTP write costs far more than an event).
-            await anyio.lowlevel.checkpoint()
+            # An HTTP write costs far more than an event, and a session pushes its events one
+            # by one: a short wait lets one write carry what the next few ms produce (a
+            # subscriber already behind has a full batch and does not wait).
             batch = [first.wire]
-            while len(batch) < _BATCH:
-                try:
-                    batch.append(receive.receive_nowait().wire)
-                except (anyio.WouldBlock, anyio.EndOfStream):
-                    break
+            _drain(receive, batch)
+            if len(batch) < _LINGER_BELOW:
+                await anyio.sleep(_LINGER_S)
+                _drain(receive, batch)
             await _chunk(send, b"".join(batch))
+
+
+def _drain(receive: MemoryObjectReceiveStream[Event], batch: list[bytes]) -> None:
+    while len(batch) < _BATCH:
+        try:
+            batch.append(receive.receive_nowait().wire)
+        except (anyio.WouldBlock, anyio.EndOfStream):
+            return
 
 
 async def _chunk(send: Send, body: bytes) -> None:

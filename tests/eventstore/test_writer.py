@@ -479,6 +479,73 @@ def test_fsync_policy_r_trace_16(
     assert not any(seen_datasync)
 
 
+def test_deferred_turn_sync_runs_in_sync_pending_r_trace_16(
+    trace: Path, seam: Callable[[str], SyscallLog]
+) -> None:
+    """``defer_sync`` leaves a turn end's fdatasync to ``sync_pending`` (one sync covers every
+    deferred record); a record with no policy sync defers nothing (R-TRACE-16)."""
+    datasync = seam("fdatasync")
+    with TraceWriter(trace, fsync="turn") as w:
+        w.append(b.user_text("u", timestamp=TS), defer_sync=True)
+        assert not w.has_unsynced
+        w.append(b.request_end("completed", timestamp=TS), defer_sync=True)
+        w.append(b.assistant_text("a", timestamp=TS))
+        w.append(b.request_end("completed", timestamp=TS), defer_sync=True)
+        assert (w.has_unsynced, datasync.calls) == (True, [])
+        w.sync_pending()
+        assert (w.has_unsynced, len(datasync.calls)) == (False, 1)
+        w.sync_pending()  # nothing pending: no second sync
+        assert len(datasync.calls) == 1
+        w.append(b.request_end("completed", timestamp=TS), defer_sync=True)
+        w.append(b.abort("stop", timestamp=TS))  # a synchronous sync covers the deferred one
+        assert (w.has_unsynced, len(datasync.calls)) == (False, 2)
+
+
+def test_deferred_sync_pending_from_a_worker_thread(trace: Path) -> None:
+    """The engine awaits ``sync_pending`` in a worker thread while the loop goes on."""
+
+    async def main() -> None:
+        with TraceWriter(trace, fsync="turn") as w:
+            w.append(b.request_end("completed", timestamp=TS), defer_sync=True)
+            await anyio.to_thread.run_sync(w.sync_pending)
+            assert not w.has_unsynced
+
+    anyio.run(main)
+    assert texts(trace) == ["RequestEndPayload"]
+
+
+def test_failed_deferred_sync_poisons_and_takes_the_records_back_r_trace_16(
+    trace: Path, seam: Callable[[str], SyscallLog]
+) -> None:
+    """A failed deferred fdatasync poisons the writer like a synchronous one, and the records
+    from the deferred turn end on are taken back out (not durable: not written)."""
+    with TraceWriter(trace, fsync="turn") as w:
+        w.append(b.user_text("one", timestamp=TS))
+        before = trace.read_bytes()
+        w.append(b.request_end("completed", timestamp=TS), defer_sync=True)
+        w.append(b.user_text("after", timestamp=TS))
+        datasync = seam("fdatasync")
+        datasync.script = [raising(errno.EIO)]
+        with pytest.raises(TraceWriteError) as info:
+            w.sync_pending()
+        assert (info.value.errno, info.value.offset) == (errno.EIO, len(before))
+        assert w.poisoned and not w.has_unsynced
+        with pytest.raises(TraceWriteError, match="poisoned"):
+            w.append(b.user_text("two", timestamp=TS))
+        with pytest.raises(TraceWriteError, match="poisoned"):
+            w.sync_pending()
+    assert trace.read_bytes() == before
+
+
+def test_close_covers_a_deferred_sync(trace: Path, seam: Callable[[str], SyscallLog]) -> None:
+    w = TraceWriter(trace, fsync="turn")
+    w.append(b.request_end("completed", timestamp=TS), defer_sync=True)
+    fsync = seam("fsync")
+    w.close()
+    assert len(fsync.calls) == 1 and not w.has_unsynced
+    w.sync_pending()  # closed: nothing left to do
+
+
 def test_no_fsync_of_a_poisoned_writer_on_close(
     trace: Path, seam: Callable[[str], SyscallLog]
 ) -> None:
