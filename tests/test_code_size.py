@@ -19,8 +19,6 @@ MAX_FUNCTION = 80
 TEMPORARY: dict[str, str] = {
     "penguin/cli/_inspect.py:render_inspection": "issue 15 (CLI rewrite)",
     "penguin/cli/_inspect.py:_Timeline.apply": "issue 15 (CLI rewrite)",
-    "penguin/cli/_inspect_cmd.py:inspect": "issue 15 (CLI rewrite)",
-    "penguin/cli/_resume.py:resume": "issue 15 (CLI rewrite)",
 }
 
 
