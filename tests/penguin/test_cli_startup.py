@@ -12,7 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from clikit import SID, meta, trace_file, turn, write_records
 
+from eventstore import builders as b
 from penguin.cli._query import REPORT_NAMES, VIEW_NAMES
 
 # Never needed to print help, list sessions or read a trace: the HTTP client, the snapshot
@@ -76,6 +78,66 @@ def test_reading_commands_import_no_provider_client_or_snapshot_library(
     modules = imported("--home", str(home), *(a.format(home=home) for a in args))
     assert "penguin.cli._cli" in modules
     assert loaded(modules, NEVER) == []
+
+
+# The modules a command loads of the library, beyond the trace store and the CLI itself: only
+# those that do its work.  ``prefix`` selects what is pinned; ``allowed`` is all it may load of it.
+_LIBRARY = ("engine", "replay", "projections", "anyio", "asyncio", "httpx", "syrupy")
+
+
+def _library(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if m.split(".")[0] in _LIBRARY)
+
+
+def test_help_does_not_build_typers_pydantic_adapters() -> None:
+    """typer converts a command's parameters through pydantic, but only for a command that runs."""
+    modules = imported("--help")
+    assert loaded(modules, ("pydantic", "typer._adapters")) == []
+
+
+def test_sessions_loads_no_library_layer(tmp_path: Path) -> None:
+    modules = imported("--home", str(tmp_path), "sessions")
+    assert "penguin.cli._listing" in modules
+    assert _library(modules) == []
+
+
+def test_inspect_loads_the_folds_it_shows_and_nothing_of_replay_or_the_engine(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    _one_session(home)
+    modules = imported("--home", str(home), "inspect", SID)
+    assert "penguin.cli._inspect" in modules  # the session view ran
+    assert set(_library(modules)) <= {
+        "projections",
+        "projections._context",
+        "projections._goal",
+        "projections._state",
+        "projections.markers",
+    }
+
+
+def test_validate_loads_the_validator_alone(tmp_path: Path) -> None:
+    """Not the engine's session loop, the event loop, the snapshot library or the other trace
+    tools: ``replay`` and ``engine`` load a name's module on first use (PEP 562)."""
+    (path,) = _one_session(tmp_path / "home")
+    modules = imported("validate", str(path))
+    assert "replay._validate" in modules  # the validator ran
+    assert set(_library(modules)) <= {
+        "replay",
+        "replay._validate",
+        "engine",
+        "engine._config",  # RETRYABLE_STATUSES
+        "projections",
+        "projections.markers",
+    }
+    assert "rich.progress" not in modules  # a bar only for large inputs
+
+
+def _one_session(home: Path) -> list[Path]:
+    """A small session holding a prompt and one answered turn."""
+    path = trace_file(home)
+    return [write_records(path, [meta(), b.user_text("hello"), *turn("hi")])]
 
 
 def test_help_names_every_analytics_view_and_report() -> None:
