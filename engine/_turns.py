@@ -119,11 +119,7 @@ class TurnRunner:
             status = outcome.status
             if status == "completed" and not run.signal.aborted:
                 return attempt.called_tools
-            if run.signal.aborted and attempt.retry_in_ms is not None:
-                # The request_end promised a retry, so its wait had begun (R-RETRY-13), even
-                # if the abort came while that record was being made durable.
-                reason = mk.ABORT_DURING_BACKOFF
-            elif run.signal.aborted or status == "aborted":
+            if run.signal.aborted or status == "aborted":
                 reason = mk.ABORT_BY_USER
             elif status == "auth" or (status == "failed" and outcome.permanent):
                 reason = mk.abort_llm_request_error(outcome.message)
@@ -202,8 +198,10 @@ class TurnRunner:
                 retry_in_ms=retry_in_ms,
             )
             # The fdatasync of a turn end (R-TRACE-16) runs off the event loop, and this turn is
-            # durable before the caller can start the next request.
-            self._rec.emit(end, shown, defer_sync=True)
+            # durable before the caller can start the next request.  Not before a retry: its
+            # backoff must be in progress (abort, skip: R-RETRY-12/13) once the stream shows
+            # this record, so nothing may yield in between.
+            self._rec.emit(end, shown, defer_sync=retry_in_ms is None)
         await self._rec.settle()
         return Attempt(
             outcome=outcome, called_tools=called, outputs=outputs, retry_in_ms=retry_in_ms
