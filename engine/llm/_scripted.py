@@ -29,6 +29,7 @@ from eventstore import (
     TokenCounts,
     ToolCallPayload,
     ToolDefinition,
+    iter_trace,
 )
 from eventstore.builders import (
     token_usage,
@@ -552,17 +553,27 @@ _SUFFIX = re.compile(r"#\d+\Z")
 class _UsedIds:
     """The tool-call ids in a request's history, scanned incrementally: consecutive requests of
     one context share their prefix (the same message objects), so only the new tail is read and
-    the cost per request does not grow with the history."""
+    the cost per request does not grow with the history.
+
+    The history alone misses the calls of an attempt its context dropped: a request span a
+    crash left open is closed ``aborted`` on resume (R-RESUME-14a), so a call approved (or
+    answered) in it is in the trace but not in any later request.  ``seed`` adds the ids of the
+    bound session's trace, kept across context resets (R-RUN-20: seeded on resume)."""
 
     def __init__(self) -> None:
         self._ids: set[str] = set()
+        self._seeded: frozenset[str] = frozenset()
         self._first: OmniMessage | None = None
         self._scanned = 0
+
+    def seed(self, ids: frozenset[str]) -> None:
+        self._seeded = ids
+        self._ids |= ids
 
     def of(self, messages: list[OmniMessage]) -> set[str]:
         start = self._scanned
         if not messages or messages[0] is not self._first or len(messages) < start:
-            self._ids, start = set(), 0
+            self._ids, start = set(self._seeded), 0
         for m in messages[start:]:
             if isinstance(m.payload, ToolCallPayload):
                 self._ids.add(m.payload.tool_call_id)
@@ -584,6 +595,18 @@ def _fresh_id(call_id: str, used: set[str]) -> str:
         n += 1
     used.add(fresh)
     return fresh
+
+
+def _recorded_call_ids(latest: Path) -> frozenset[str]:
+    """Every ``tool_call_id`` recorded in the session whose latest trace file is ``latest``
+    (its files share one directory and the ``<session id>_`` prefix)."""
+    prefix = latest.stem.rsplit("_", 1)[0]
+    ids: set[str] = set()
+    for path in sorted(latest.parent.glob(f"{prefix}_*.jsonl")):
+        for record in iter_trace(path, report=False):
+            if isinstance(record.payload, ToolCallPayload):
+                ids.add(record.payload.tool_call_id)
+    return frozenset(ids)
 
 
 def base_call_id(call_id: str) -> str:
@@ -624,8 +647,12 @@ class ScriptedLLM:
         return self.script.context_window
 
     def bind(self, session: _Steerable | None) -> None:
-        """Give ``{"steer": …}`` items the session whose ``steer`` they call (R-SCRIPT-3)."""
+        """Give ``{"steer": …}`` items the session whose ``steer`` they call (R-SCRIPT-3), and
+        take the tool-call ids its trace already holds (R-RUN-20), so that a script replayed on
+        a resumed session renames its default ids past every recorded call."""
         self._session = session
+        path = getattr(session, "trace_path", None)
+        self._used.seed(_recorded_call_ids(path) if isinstance(path, Path) else frozenset())
 
     def stream(self, request: LLMRequest) -> AsyncIterator[OmniMessage | LLMOutcome]:
         # The response is chosen when ``stream`` is called, not when iteration starts, so that
