@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import anyio
-
 from eventstore import (
     FsyncPolicy,
     OmniMessage,
@@ -76,10 +74,8 @@ class Recorder:
 
     # ------------------------------------------------------------------ writing
 
-    def record(self, msg: OmniMessage, *, defer_sync: bool = False) -> None:
-        """Write one record, then fold it (R-PROJ-3).  Raises ``WriteFailed``.
-
-        ``defer_sync``: the policy's fdatasync after this record waits for ``settle``."""
+    def record(self, msg: OmniMessage) -> None:
+        """Write one record, then fold it (R-PROJ-3).  Raises ``WriteFailed``."""
         if self.write_failed:
             raise WriteFailed(
                 TraceWriteError("an earlier append failed", path=self.trace_path), fatal=True
@@ -100,7 +96,7 @@ class Recorder:
                     # The session's own head cannot be written, so no new file can start.
                     self.write_failed = True
                     raise WriteFailed(exc, fatal=True) from None
-            writer.append(msg, defer_sync=defer_sync)
+            writer.append(msg)
             self._head_only = False
             # A head is folded with the first record after it: alone it is residue that resume
             # ignores (R-ROOT-10), and the live projections must read as resume's would.
@@ -117,27 +113,10 @@ class Recorder:
     def _open_writer(self) -> TraceWriter:
         return TraceWriter(self._trace_path, fsync=self._fsync, session_id=self._id)
 
-    def emit(
-        self, msg: OmniMessage, push: Callable[[OmniMessage], None], *, defer_sync: bool = False
-    ) -> None:
+    def emit(self, msg: OmniMessage, push: Callable[[OmniMessage], None]) -> None:
         """Write a recordable message, then push it onto a run's stream (R-TRACE-13)."""
-        self.record(msg, defer_sync=defer_sync)
+        self.record(msg)
         push(msg)
-
-    async def settle(self) -> None:
-        """Make a deferred turn end durable (R-TRACE-16) in a worker thread, so the event loop
-        keeps serving other sessions meanwhile.  A failed sync poisons the writer and raises
-        ``WriteFailed`` (fatal), as a failed synchronous one does (R-TRACE-15)."""
-        writer = self.writer
-        if writer is None or not writer.has_unsynced:
-            return
-        # Shielded: a run cancelled meanwhile must not leave the sync's outcome unobserved.
-        with anyio.CancelScope(shield=True):
-            try:
-                await anyio.to_thread.run_sync(writer.sync_pending)
-            except TraceError as exc:
-                self.write_failed = True
-                raise WriteFailed(exc, fatal=True) from None
 
     def _fold(self, msg: OmniMessage) -> None:
         self.context.apply(msg)

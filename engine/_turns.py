@@ -197,12 +197,7 @@ class TurnRunner:
                 attempt=attempt_stamp(outcome.status, reconnects),
                 retry_in_ms=retry_in_ms,
             )
-            # The fdatasync of a turn end (R-TRACE-16) runs off the event loop, and this turn is
-            # durable before the caller can start the next request.  Not before a retry: its
-            # backoff must be in progress (abort, skip: R-RETRY-12/13) once the stream shows
-            # this record, so nothing may yield in between.
-            self._rec.emit(end, shown, defer_sync=retry_in_ms is None)
-        await self._rec.settle()
+            self._rec.emit(end, shown)
         return Attempt(
             outcome=outcome, called_tools=called, outputs=outputs, retry_in_ms=retry_in_ms
         )

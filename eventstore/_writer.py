@@ -115,8 +115,6 @@ class TraceWriter:
         self._poison: TraceWriteError | None = None
         # One flag for the hot path: closed or poisoned.
         self._blocked = False
-        # Where the oldest record whose policy sync was deferred starts (None: nothing pending).
-        self._unsynced: int | None = None
 
         self._lock_path: Final = (
             Path(lock_path) if lock_path is not None else path.parent / f"{session_id}.lock"
@@ -168,12 +166,8 @@ class TraceWriter:
 
     # ------------------------------------------------------------------ appending
 
-    def append(self, msg: OmniMessage, *, defer_sync: bool = False) -> None:
+    def append(self, msg: OmniMessage) -> None:
         """Write ``msg`` as one line (R-TRACE-11), after a pending rotation if there is one.
-
-        With ``defer_sync`` the fdatasync the policy asks for after this record (R-TRACE-16) is
-        left to ``sync_pending``, which the caller must call before it treats the record as
-        durable -- so a caller on an event loop can run that blocking step in a worker thread.
 
         Raises ``ValueError`` for a partial or origin-tagged message (R-TRACE-4),
         ``RecordTooLarge`` over the limit (nothing written, writer still usable) and
@@ -208,42 +202,12 @@ class TraceWriter:
                 self._undo(start, exc, "write failed")
             self._offset = start + size
             if sync:
-                if defer_sync:
-                    if self._unsynced is None:
-                        self._unsynced = start
-                else:
-                    self._sync_record(fd, start)
-
-    @property
-    def has_unsynced(self) -> bool:
-        """Whether a record's policy sync was deferred and ``sync_pending`` has not run yet."""
-        return self._unsynced is not None
-
-    def sync_pending(self) -> None:
-        """Run the fdatasync that ``append(..., defer_sync=True)`` left pending, if any.
-
-        Blocking and thread-safe (it holds the writer's lock, so no append interleaves).  A
-        failure takes the deferred records back out of the file when it can and poisons the
-        writer (R-TRACE-16), raising ``TraceWriteError`` like the synchronous path.
-        """
-        with self._lock:
-            if self._closed:
-                return  # ``close`` made the file durable (or raised)
-            if self._blocked:
-                self._raise_blocked()
-            start = self._unsynced
-            if start is not None:
-                self._sync_record(self._fd, start)
+                self._sync_record(fd, start)
 
     def _sync_record(self, fd: int, start: int) -> None:
-        # An earlier deferred record is covered by this sync (or taken back with it).
-        if self._unsynced is not None:
-            start = min(start, self._unsynced)
         try:
             _datasync(fd)
-            self._unsynced = None
         except OSError as exc:
-            self._unsynced = None
             # The bytes may be in the file but are not durable: the record counts as not
             # written, so take it back if we can (the writer is poisoned either way).
             self._offset = start
@@ -329,7 +293,6 @@ class TraceWriter:
             except OSError as exc:
                 os.close(new_fd)
                 self._fail_sync(exc, "fsync of the rotated-out file failed", self._offset)
-        self._unsynced = None
         self._fd, self._offset, self._path, self._index = new_fd, new_offset, new_path, new_index
         os.close(old[0])
 
@@ -352,7 +315,6 @@ class TraceWriter:
                         os.fsync(self._fd)
                     except OSError as exc:
                         failure = exc
-                self._unsynced = None
             finally:
                 os.close(self._fd)
                 # Closing the only descriptor of the lock file releases the flock.

@@ -106,8 +106,8 @@ def _ack_appends(ack_fd: int) -> None:
 
     real = TraceWriter.append
 
-    def append(self: TraceWriter, msg: Any, **kw: Any) -> None:
-        real(self, msg, **kw)
+    def append(self: TraceWriter, msg: Any) -> None:
+        real(self, msg)
         head = msg.type == "session_meta" or isinstance(msg.payload, ToolListReadyPayload)
         crc = zlib.crc32(encode_line(msg))
         os.write(

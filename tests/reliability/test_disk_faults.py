@@ -11,8 +11,8 @@ number.  Every faulty run must end by the fail-stop path:
 - the last streamed message is an ``abort`` whose reason starts ``trace write failed: ``, and the
   next ``run()`` raises ``SessionBroken``;
 - nothing already written changes: every file starts with the bytes it held before the failed
-  operation (minus the turn end a failed ``fdatasync`` took back, and what followed it),
-  followed by at most the final ``abort`` — or, when the truncation of a half-written record failed too, by that torn
+  operation (minus the record a failed ``fdatasync`` took back), followed by at most the final
+  ``abort`` — or, when the truncation of a half-written record failed too, by that torn
   fragment, which the next writer cuts (R-TRACE-14);
 - no line is spliced: every complete line decodes;
 - once the fault is gone, ``resume_session`` (while the broken object is still open: its lock
@@ -43,14 +43,7 @@ from enginekit import assert_requests_paired
 import eventstore._writer as writer_module
 from engine import CompactionSettings, RetryPolicy, Session, SessionBroken, allow_all
 from engine.llm import ScriptedEnvironment, ScriptedLLM
-from eventstore import (
-    AbortPayload,
-    CompactionEndPayload,
-    DataRoot,
-    OmniMessage,
-    RequestEndPayload,
-    decode,
-)
+from eventstore import AbortPayload, DataRoot, OmniMessage, decode
 from eventstore import builders as b
 from replay import resume_session, validate_session
 
@@ -223,18 +216,11 @@ async def count_calls(
     return counts
 
 
-_TURN_END = (RequestEndPayload, AbortPayload, CompactionEndPayload)
-
-
 def committed_prefix(fault: Fault, path: Path) -> bytes:
     before = fault.before.get(path, b"")
     if path == fault.synced_path:
-        # A failed fdatasync takes its turn end back (R-TRACE-16: not durable, not written),
-        # with the records after it when that sync was deferred off the event loop (a request's
-        # tool outputs can follow its request_end before the sync runs).
-        lines = before.split(b"\n")[:-1]
-        ends = [i for i, line in enumerate(lines) if isinstance(decode(line).payload, _TURN_END)]
-        return b"".join(line + b"\n" for line in lines[: ends[-1]])
+        # A failed fdatasync takes its record back (R-TRACE-16: not durable, not written).
+        return before[: before.rfind(b"\n", 0, len(before) - 1) + 1]
     return before
 
 

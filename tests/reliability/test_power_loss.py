@@ -43,7 +43,6 @@ from eventstore import (
     CompactionEndPayload,
     DataRoot,
     OmniMessage,
-    RequestBeginPayload,
     RequestEndPayload,
     decode,
     encode_line,
@@ -335,17 +334,10 @@ def test_power_loss_never_loses_a_committed_turn_r_trace_16(
     ends = [op for op in log if op.kind == "write" and _is_turn_end(op.data)]
     assert writes > 50 and syncs >= len(ends) > 5, (writes, syncs, len(ends))
     # Under "turn", every request_end/abort/compaction_end write is followed by an fsync of its
-    # file before the next request begins there (the request_end's sync runs off the event loop
-    # once the request's tool calls are done, so their outputs may come first) and before any
-    # other turn end.
+    # file before any other write to that file.
     for i, op in enumerate(log):
         if op in ends:
-            nxt = next(
-                o
-                for o in log[i + 1 :]
-                if o.path == op.path
-                and (o.kind == "sync" or (o.kind == "write" and _starts_or_ends_a_turn(o.data)))
-            )
+            nxt = next(o for o in log[i + 1 :] if o.path == op.path and o.kind != "create")
             assert nxt.kind == "sync", f"turn end not synced: {op.data[:80]!r}"
 
     rng = random.Random(SEED)
@@ -375,14 +367,6 @@ def test_power_loss_never_loses_a_committed_turn_r_trace_16(
             "seed": SEED,
         },
     )
-
-
-def _starts_or_ends_a_turn(line: bytes) -> bool:
-    try:
-        payload = decode(line.rstrip(b"\n")).payload
-    except ValueError:
-        return False
-    return isinstance(payload, RequestBeginPayload) or _is_turn_end(line)
 
 
 def _is_turn_end(line: bytes) -> bool:

@@ -299,7 +299,7 @@ class WriteFault:
     def _wrap(self, writer: Any) -> Any:
         real = writer.append
 
-        def append(msg: OmniMessage, **kw: Any) -> Any:
+        def append(msg: OmniMessage) -> Any:
             n = self.count
             self.count += 1
             if n == self.at:
@@ -308,7 +308,7 @@ class WriteFault:
                     raise RecordTooLarge(size=10**9, limit=10**8, path=writer.path)
                 code = errno.ENOSPC if self.kind == "enospc" else errno.EIO
                 raise TraceWriteError("injected", path=writer.path, errno=code)
-            return real(msg, **kw)
+            return real(msg)
 
         writer.append = append
         return writer
