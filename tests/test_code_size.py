@@ -1,25 +1,16 @@
 """Code-size limits (issue 14): no class in ``engine/``, ``replay/`` or ``penguin/`` longer than
 400 lines, no function longer than 80.  Counted with ``ast`` from the first decorator to the
-last line.  ``TEMPORARY`` names the code still over a limit while its owner's issue reworks it;
-an entry that is back within the limit fails the test, so the list can only shrink."""
+last line; there are no exceptions."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("engine", "replay", "penguin")
 MAX_CLASS = 400
 MAX_FUNCTION = 80
-
-# "path:qualified name" -> the issue whose rework brings it within the limits.
-TEMPORARY: dict[str, str] = {
-    "penguin/cli/_inspect.py:render_inspection": "issue 15 (CLI rewrite)",
-    "penguin/cli/_inspect.py:_Timeline.apply": "issue 15 (CLI rewrite)",
-}
 
 
 def _spans(tree: ast.AST, prefix: str = "") -> list[tuple[str, str, int]]:
@@ -57,17 +48,9 @@ def test_no_class_over_400_lines_and_no_function_over_80() -> None:
     over = [
         f"{where} ({kind}, {lines} lines)"
         for where, (kind, lines) in measure().items()
-        if _over(kind, lines) and where not in TEMPORARY
+        if _over(kind, lines)
     ]
     assert over == []
-
-
-@pytest.mark.parametrize("where", sorted(TEMPORARY))
-def test_temporary_exceptions_are_still_needed(where: str) -> None:
-    """An exception whose code is back within the limits must leave ``TEMPORARY``."""
-    kind, lines = measure().get(where, ("gone", 0))
-    assert kind != "gone", f"{where} no longer exists: remove it from TEMPORARY"
-    assert _over(kind, lines), f"{where} is {lines} lines now: remove it from TEMPORARY"
 
 
 def test_the_checker_sees_an_oversized_function(tmp_path: Path) -> None:

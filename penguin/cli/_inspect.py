@@ -335,6 +335,8 @@ class _Timeline:
         self._compaction: dict[str, Any] | None = None
         self._calls: dict[str, dict[str, Any]] = {}
         self._last_ended: dict[str, Any] | None = None
+        # The request span closed by the record just before this one (its token_usage follows).
+        self._just_ended: dict[str, Any] | None = None
         self._numbers = {"turn": 0, "compaction": 0}
 
     def _depth(self) -> int:
@@ -354,151 +356,177 @@ class _Timeline:
     def apply(self, at: str, record: OmniMessage) -> None:
         if record.origin is not None:
             return
-        p = record.payload
-        ts = record.timestamp
-        just_ended, self._last_ended = self._last_ended, None
-        if isinstance(p, RequestBeginPayload):
-            span = "compaction" if self._compaction is not None else "turn"
-            self._numbers[span] += 1
-            self._request = self._add(
+        self._just_ended, self._last_ended = self._last_ended, None
+        fold = _TIMELINE_FOLDS.get(type(record.payload))
+        if fold is not None:
+            fold(self, at, record.timestamp, record.payload)
+
+    # -- request spans
+
+    def _request_begin(self, at: str, ts: str, p: RequestBeginPayload) -> None:
+        span = "compaction" if self._compaction is not None else "turn"
+        self._numbers[span] += 1
+        self._request = self._add(
+            {
+                "kind": "request",
+                "at": at,
+                "span": span,
+                "number": self._numbers[span],
+                "status": None,
+                "attempt": None,
+                "retry_in_ms": None,
+                "error": None,
+                "begin": ts,
+                "end": None,
+                "duration_ms": None,
+                "tokens": None,
+            }
+        )
+
+    def _request_end(self, at: str, ts: str, p: RequestEndPayload) -> None:
+        entry = self._request
+        if entry is None:
+            # A request_end whose request_begin is in no file shown: a span without a start.
+            entry = self._add(
                 {
                     "kind": "request",
                     "at": at,
-                    "span": span,
-                    "number": self._numbers[span],
-                    "status": None,
-                    "attempt": None,
-                    "retry_in_ms": None,
-                    "error": None,
-                    "begin": ts,
-                    "end": None,
-                    "duration_ms": None,
+                    "span": "turn",
+                    "number": None,
+                    "begin": None,
                     "tokens": None,
                 }
             )
-        elif isinstance(p, RequestEndPayload):
-            entry = self._request
-            if entry is None:
-                entry = self._add(
-                    {
-                        "kind": "request",
-                        "at": at,
-                        "span": "turn",
-                        "number": None,
-                        "begin": None,
-                        "tokens": None,
-                    }
-                )
-            entry.update(
-                status=p.status,
-                attempt=p.attempt,
-                retry_in_ms=p.retry_in_ms,
-                error=p.error_message,
-                end=ts,
-                duration_ms=_ms_between(entry.get("begin"), ts),
+        entry.update(
+            status=p.status,
+            attempt=p.attempt,
+            retry_in_ms=p.retry_in_ms,
+            error=p.error_message,
+            end=ts,
+            duration_ms=_ms_between(entry.get("begin"), ts),
+        )
+        self._request = None
+        self._last_ended = entry
+
+    def _token_usage(self, at: str, ts: str, p: TokenUsagePayload) -> None:
+        target = self._request if self._request is not None else self._just_ended
+        if target is not None:
+            target["tokens"] = msgspec.to_builtins(p.request)
+
+    # -- messages
+
+    def _text(self, at: str, ts: str, p: TextPayload) -> None:
+        role = "input" if p.role == "user" else "text"
+        self._add({"kind": role, "at": at, "text": p.text, "stop_reason": p.stop_reason})
+
+    def _image_url(self, at: str, ts: str, p: ImageUrlPayload) -> None:
+        text = f"[image] {p.image_url[:200]}"
+        self._add({"kind": "input", "at": at, "text": text, "stop_reason": p.stop_reason})
+
+    def _thinking(self, at: str, ts: str, p: ThinkingPayload) -> None:
+        self._add({"kind": "thinking", "at": at, "text": p.thinking, "stop_reason": p.stop_reason})
+
+    # -- tool calls: approval and output fill in their call's entry when it has none yet
+
+    def _tool_call(self, at: str, ts: str, p: ToolCallPayload) -> None:
+        self._calls[p.tool_call_id] = self._add(
+            {
+                "kind": "tool_call",
+                "at": at,
+                "id": p.tool_call_id,
+                "name": p.name,
+                "arguments": p.arguments,
+                "stop_reason": p.stop_reason,
+                "approval": None,
+                "output_status": None,
+                "output": None,
+                "duration_ms": None,
+                "called": ts,
+            }
+        )
+
+    def _approval(self, at: str, ts: str, p: ApprovalDecisionPayload) -> None:
+        call = self._calls.get(p.tool_call_id)
+        if call is not None and call["approval"] is None:
+            call["approval"] = p.decision
+            return
+        self._add({"kind": "approval", "at": at, "id": p.tool_call_id, "decision": p.decision})
+
+    def _tool_output(self, at: str, ts: str, p: ToolCallOutputPayload) -> None:
+        status = p.stop_reason or "completed"
+        call = self._calls.get(p.tool_call_id)
+        if call is not None and call["output"] is None:
+            call["output_status"] = status
+            call["output"] = p.output
+            call["duration_ms"] = _ms_between(call.get("called"), ts)
+            return
+        self._add(
+            {
+                "kind": "tool_output",
+                "at": at,
+                "id": p.tool_call_id,
+                "status": status,
+                "output": p.output,
+            }
+        )
+
+    # -- compactions, aborts, subagents
+
+    def _compaction_begin(self, at: str, ts: str, p: CompactionBeginPayload) -> None:
+        self._compaction = self._add(
+            {
+                "kind": "compaction",
+                "at": at,
+                "reason": p.reason,
+                "mode": p.mode,
+                "context": p.context,
+                "turns": p.turns,
+                "status": None,
+                "attempt": None,
+                "error": None,
+                "begin": ts,
+                "duration_ms": None,
+            }
+        )
+
+    def _compaction_end(self, at: str, ts: str, p: CompactionEndPayload) -> None:
+        entry = self._compaction
+        if entry is None:
+            entry = self._add(
+                {"kind": "compaction", "at": at, "reason": p.reason, "mode": p.mode, "begin": None}
             )
-            self._request = None
-            self._last_ended = entry
-        elif isinstance(p, TokenUsagePayload):
-            target = self._request if self._request is not None else just_ended
-            if target is not None:
-                target["tokens"] = msgspec.to_builtins(p.request)
-        elif isinstance(p, TextPayload):
-            role = "input" if p.role == "user" else "text"
-            self._add({"kind": role, "at": at, "text": p.text, "stop_reason": p.stop_reason})
-        elif isinstance(p, ImageUrlPayload):
-            self._add(
-                {
-                    "kind": "input",
-                    "at": at,
-                    "text": f"[image] {p.image_url[:200]}",
-                    "stop_reason": p.stop_reason,
-                }
-            )
-        elif isinstance(p, ThinkingPayload):
-            self._add(
-                {"kind": "thinking", "at": at, "text": p.thinking, "stop_reason": p.stop_reason}
-            )
-        elif isinstance(p, ToolCallPayload):
-            self._calls[p.tool_call_id] = self._add(
-                {
-                    "kind": "tool_call",
-                    "at": at,
-                    "id": p.tool_call_id,
-                    "name": p.name,
-                    "arguments": p.arguments,
-                    "stop_reason": p.stop_reason,
-                    "approval": None,
-                    "output_status": None,
-                    "output": None,
-                    "duration_ms": None,
-                    "called": ts,
-                }
-            )
-        elif isinstance(p, ApprovalDecisionPayload):
-            call = self._calls.get(p.tool_call_id)
-            if call is not None and call["approval"] is None:
-                call["approval"] = p.decision
-            else:
-                self._add(
-                    {"kind": "approval", "at": at, "id": p.tool_call_id, "decision": p.decision}
-                )
-        elif isinstance(p, ToolCallOutputPayload):
-            call = self._calls.get(p.tool_call_id)
-            if call is not None and call["output"] is None:
-                call["output_status"] = p.stop_reason or "completed"
-                call["output"] = p.output
-                call["duration_ms"] = _ms_between(call.get("called"), ts)
-            else:
-                self._add(
-                    {
-                        "kind": "tool_output",
-                        "at": at,
-                        "id": p.tool_call_id,
-                        "status": p.stop_reason or "completed",
-                        "output": p.output,
-                    }
-                )
-        elif isinstance(p, CompactionBeginPayload):
-            self._compaction = self._add(
-                {
-                    "kind": "compaction",
-                    "at": at,
-                    "reason": p.reason,
-                    "mode": p.mode,
-                    "context": p.context,
-                    "turns": p.turns,
-                    "status": None,
-                    "attempt": None,
-                    "error": None,
-                    "begin": ts,
-                    "duration_ms": None,
-                }
-            )
-        elif isinstance(p, CompactionEndPayload):
-            entry = self._compaction
-            if entry is None:
-                entry = self._add(
-                    {
-                        "kind": "compaction",
-                        "at": at,
-                        "reason": p.reason,
-                        "mode": p.mode,
-                        "begin": None,
-                    }
-                )
-            self._request = None
-            self._compaction = None
-            entry.update(
-                status=p.status,
-                attempt=p.attempt,
-                error=p.error_message,
-                duration_ms=_ms_between(entry.get("begin"), ts),
-            )
-        elif isinstance(p, AbortPayload):
-            self._add({"kind": "abort", "at": at, "reason": p.reason})
-        elif isinstance(p, SubagentPayload):
-            self._add({"kind": "subagent", "at": at, "session_id": p.session_id})
+        self._request = None
+        self._compaction = None
+        entry.update(
+            status=p.status,
+            attempt=p.attempt,
+            error=p.error_message,
+            duration_ms=_ms_between(entry.get("begin"), ts),
+        )
+
+    def _abort(self, at: str, ts: str, p: AbortPayload) -> None:
+        self._add({"kind": "abort", "at": at, "reason": p.reason})
+
+    def _subagent(self, at: str, ts: str, p: SubagentPayload) -> None:
+        self._add({"kind": "subagent", "at": at, "session_id": p.session_id})
+
+
+# Payload class -> the fold of its records into the timeline; records of other types add nothing.
+_TIMELINE_FOLDS: Final[dict[type[Any], Callable[[_Timeline, str, str, Any], None]]] = {
+    RequestBeginPayload: _Timeline._request_begin,
+    RequestEndPayload: _Timeline._request_end,
+    TokenUsagePayload: _Timeline._token_usage,
+    TextPayload: _Timeline._text,
+    ImageUrlPayload: _Timeline._image_url,
+    ThinkingPayload: _Timeline._thinking,
+    ToolCallPayload: _Timeline._tool_call,
+    ApprovalDecisionPayload: _Timeline._approval,
+    ToolCallOutputPayload: _Timeline._tool_output,
+    CompactionBeginPayload: _Timeline._compaction_begin,
+    CompactionEndPayload: _Timeline._compaction_end,
+    AbortPayload: _Timeline._abort,
+    SubagentPayload: _Timeline._subagent,
+}
 
 
 def build_inspection(files: list[NumberedFile], *, selected: list[int] | None = None) -> Inspection:
@@ -673,35 +701,59 @@ def _entry_line(e: dict[str, Any]) -> tuple[str, str]:
     return kind, ""
 
 
+class _View:
+    """Prints the lines of one session view, each behind ``indent`` (a child's view is nested)."""
+
+    def __init__(self, console: Console, indent: str) -> None:
+        self.console = console
+        self.indent = indent
+
+    def line(self, text: Text | str, style: str = "") -> None:
+        body = text if isinstance(text, Text) else _t(text, style)
+        self.console.print(Text(self.indent) + body if self.indent else body, soft_wrap=True)
+
+    def heading(self, title: str) -> None:
+        self.console.print()
+        self.line(_t(title, "bold underline"))
+
+    def table(self, table: Table) -> None:
+        indent = len(self.indent)
+        self.console.print(Padding(table, (0, 0, 0, indent), expand=False) if indent else table)
+
+
 def render_inspection(console: Console, insp: Inspection, *, label: str, indent: str = "") -> None:
     """The session view; every line starts with ``indent`` (a child's view is nested)."""
+    view = _View(console, indent)
+    _render_header(view, insp, label)
+    _render_files(view, insp.files)
+    _render_state(view, insp.state)
+    _render_context(view, insp.context)
+    _render_timeline(view, insp.timeline)
+    _render_diagnostics(view, insp.diagnostics)
 
-    def line(text: Text | str, style: str = "") -> None:
-        body = text if isinstance(text, Text) else _t(text, style)
-        console.print(Text(indent) + body if indent else body, soft_wrap=True)
 
-    def heading(title: str) -> None:
-        console.print()
-        line(_t(title, "bold underline"))
+def _render_header(view: _View, insp: Inspection, label: str) -> None:
+    view.line(_t(f"Session {safe(insp.session_id or '?', keep_newlines=False)}", "bold"))
+    view.line(f"  source:    {safe(label, keep_newlines=False)}")
+    m = insp.meta
+    if m is None:
+        return
+    view.line(
+        f"  model:     {preview(m['provider'], 40)}/{preview(m['model_id'], 60)}"
+        f" (context window {preview(str(m['model_context_window']), 20)})"
+    )
+    view.line(f"  workspace: {preview(m['workspace'], 100)}")
+    view.line(f"  system:    {preview(m['system_prompt'], 100)}")
+    if m.get("source"):
+        view.line(f"  started as: {preview(m['source'], 40)}")
 
-    line(_t(f"Session {safe(insp.session_id or '?', keep_newlines=False)}", "bold"))
-    line(f"  source:    {safe(label, keep_newlines=False)}")
-    if insp.meta is not None:
-        m = insp.meta
-        line(
-            f"  model:     {preview(m['provider'], 40)}/{preview(m['model_id'], 60)}"
-            f" (context window {preview(str(m['model_context_window']), 20)})"
-        )
-        line(f"  workspace: {preview(m['workspace'], 100)}")
-        line(f"  system:    {preview(m['system_prompt'], 100)}")
-        if m.get("source"):
-            line(f"  started as: {preview(m['source'], 40)}")
 
-    heading("Files")
+def _render_files(view: _View, files: list[dict[str, Any]]) -> None:
+    view.heading("Files")
     table = Table(show_edge=False, pad_edge=False)
     for col in ("#", "path", "bytes", "records", "record types"):
         table.add_column(col, overflow="fold")
-    for f in insp.files:
+    for f in files:
         kinds = ", ".join(
             f"{safe(k, keep_newlines=False)} {n}" for k, n in sorted(f["counts"].items())
         )
@@ -713,56 +765,59 @@ def render_inspection(console: Console, insp: Inspection, *, label: str, indent:
             _t(str(f["records"])),
             _t(kinds),
         )
-    console.print(Padding(table, (0, 0, 0, len(indent)), expand=False) if indent else table)
+    view.table(table)
 
-    heading("State (SessionState)")
-    s = insp.state
-    tokens = s["session_tokens"]
-    line(
+
+def _render_state(view: _View, s: dict[str, Any]) -> None:
+    view.heading("State (SessionState)")
+    view.line(
         f"  turns: {s['turns_total']} total, {s['turns_in_context']} in context; "
         f"records {s['records']}; files {s['files']}"
     )
-    line(f"  session tokens: {token_words(tokens)}; last request {s['last_request_total']}")
-    line(
+    view.line(
+        f"  session tokens: {token_words(s['session_tokens'])}; "
+        f"last request {s['last_request_total']}"
+    )
+    view.line(
         f"  last request status: {s['last_request_status'] or '-'}; "
         f"task running: {_tf(s['task_running'])}; open request: {_tf(s['open_request'])}; "
         f"open compaction: {s['open_compaction'] or '-'}"
     )
-    line(
+    view.line(
         f"  opened by compaction: {_tf(s['from_compaction'])}; "
         f"rotation pending: {_tf(s['rotation_pending'])}"
     )
     if s.get("goal"):
-        line(goal_line(s["goal"]))
+        view.line(goal_line(s["goal"]))
 
-    heading("Model context (ModelContext)")
-    c = insp.context
+
+def _render_context(view: _View, c: dict[str, Any]) -> None:
+    view.heading("Model context (ModelContext)")
     summary = c["pending_summary"]
-    line(
+    view.line(
         f"  history: {c['history']} messages; carry-over: {c['carry_over']} messages; "
         f"closed: {_tf(c['closed'])}"
     )
-    line("  pending summary: " + (preview(summary, 120) if summary else "none"))
+    view.line("  pending summary: " + (preview(summary, 120) if summary else "none"))
 
-    heading("Timeline")
-    if not insp.timeline:
-        line("  (no records)", "dim")
-    for e in insp.timeline:
+
+def _render_timeline(view: _View, timeline: list[dict[str, Any]]) -> None:
+    view.heading("Timeline")
+    if not timeline:
+        view.line("  (no records)", "dim")
+    for e in timeline:
         text, style = _entry_line(e)
         depth = "  " * (1 + int(e.get("depth", 0)))
-        line(Text(f"{e['at']:>7} ", style="dim") + Text(depth + text, style=style))
+        view.line(Text(f"{e['at']:>7} ", style="dim") + Text(depth + text, style=style))
 
-    heading("Diagnostics")
-    if not insp.diagnostics:
-        line("  none", "dim")
-    for d in insp.diagnostics:
-        line(
-            _t(
-                f"  {safe(d['path'], keep_newlines=False)}:{d['line']}: {d['kind']}: "
-                f"{preview(d['detail'], 120)}",
-                "yellow",
-            )
-        )
+
+def _render_diagnostics(view: _View, diagnostics: list[dict[str, Any]]) -> None:
+    view.heading("Diagnostics")
+    if not diagnostics:
+        view.line("  none", "dim")
+    for d in diagnostics:
+        where = f"{safe(d['path'], keep_newlines=False)}:{d['line']}"
+        view.line(_t(f"  {where}: {d['kind']}: {preview(d['detail'], 120)}", "yellow"))
 
 
 # --------------------------------------------------------------------------- subagents
