@@ -12,9 +12,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Literal
 
-from eventstore import CompactionReason, OmniMessage, TextPayload, ToolCallPayload
+from eventstore import (
+    CompactionReason,
+    OmniMessage,
+    TextPayload,
+    TokenUsagePayload,
+    ToolCallPayload,
+)
 from eventstore import builders as b
 from eventstore.builders import stop_reason_of
+from eventstore.partials import fragment
 from projections import markers as mk
 
 if TYPE_CHECKING:
@@ -250,15 +257,15 @@ class _Visible:
 
     def feed(self, msg: OmniMessage) -> None:
         p = msg.payload
-        tag = getattr(getattr(p, "__struct_config__", None), "tag", None)
-        if tag == "partial_text":
-            if getattr(p, "text", ""):
-                self._streamed_text = True
-            self._push(msg)
-        elif tag == "text" and getattr(p, "role", None) == "assistant":
-            if getattr(p, "text", ""):
+        frag = fragment(msg)
+        if frag is not None:
+            if frag.kind == "text":
+                self._streamed_text = self._streamed_text or bool(frag.content)
+                self._push(msg)
+        elif isinstance(p, TextPayload):
+            if p.role == "assistant" and p.text:
                 self._texts.append(msg)
-        elif tag == "token_usage":
+        elif isinstance(p, TokenUsagePayload):
             self._usage.append(msg)
 
     def finish(self) -> None:

@@ -149,7 +149,7 @@ class GoalRun:
             if msg.origin is not None or not (user_text or isinstance(p, ImageUrlPayload)):
                 raise ValueError(
                     f"a goal input holds user text and images only, not {msg.type}/"
-                    f"{getattr(p, 'type', '?')}"
+                    f"{b.payload_type(msg) or '?'}"
                 )
         if not any(isinstance(m.payload, TextPayload) and m.payload.text.strip() for m in given):
             raise ValueError("a goal needs an objective: the input has no text")

@@ -327,9 +327,13 @@ class PartialAggregator:
 
     def settle(self, msg: OmniMessage) -> None:
         """A complete model message closes the open segment of its kind and call id."""
-        kind = _KIND_OF_COMPLETE.get(type(msg.payload))
+        p = msg.payload
+        kind = _KIND_OF_COMPLETE.get(type(p))
         if kind is not None:
-            self._open.pop((kind, str(getattr(msg.payload, "tool_call_id", ""))), None)
+            call_id = (
+                p.tool_call_id if isinstance(p, ToolCallPayload | ToolCallOutputPayload) else ""
+            )
+            self._open.pop((kind, call_id), None)
 
     def close_open(self, stop_reason: StopReason) -> list[OmniMessage]:
         """R-STREAM-4: the missing stop fragment and complete message of every open segment,

@@ -615,9 +615,10 @@ class ReplayEnvironment:
                 output, images, status = rp.output, rp.images, stop_reason_of(recorded.message)
             if signal.aborted and recorded is None:
                 output, status = mk.PLACEHOLDER_ABORTED, "aborted"
-            yield b.partial_tool_call_output("start", cid)
-            yield b.partial_tool_call_output("delta", cid, output, images=images)
-            yield b.partial_tool_call_output("stop", cid, stop_reason=status)
-            yield b.tool_call_output(cid, output, stop_reason=status, images=images)
+            seg = SegmentWriter("tool_call_output", tool_call_id=cid)
+            yield seg.start()
+            yield seg.delta(output, images=images)
+            for msg in seg.stop(status):
+                yield msg
         finally:
             self._pacer.env_done(cid)

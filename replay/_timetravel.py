@@ -27,12 +27,14 @@ from eventstore import (
     OmniMessage,
     RequestBeginPayload,
     SessionMetaPayload,
+    TextPayload,
     ToolDefinition,
     ToolListReadyPayload,
     encode,
     file_index,
     scan_trace,
 )
+from eventstore.builders import payload_type
 from projections import ModelContext
 
 from ._replay_llm import _session_files
@@ -101,7 +103,9 @@ class TracePoint:
         out["context"] = {
             "history": len(ctx.history),
             "carry_over": len(ctx.pending),
-            "pending_summary": getattr(summary.payload, "text", None) if summary else None,
+            "pending_summary": summary.payload.text
+            if summary is not None and isinstance(summary.payload, TextPayload)
+            else None,
             "closed": ctx.closed,
             "open_request": ctx.open_request,
             "dangling_compaction": list(ctx.dangling_compaction)
@@ -114,13 +118,7 @@ class TracePoint:
 
 def record_kind(record: OmniMessage) -> str:
     """The payload type of a record (``session_meta`` for the head)."""
-    tag = getattr(getattr(record.payload, "__struct_config__", None), "tag", None)
-    if isinstance(tag, str):
-        return tag
-    raw = getattr(record.payload, "raw", None)
-    if isinstance(raw, dict) and isinstance(raw.get("type"), str):
-        return str(raw["type"])
-    return record.type
+    return payload_type(record) or record.type
 
 
 def parse_position(text: str) -> Position:

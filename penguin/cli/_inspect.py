@@ -51,6 +51,7 @@ from eventstore import (
     read_trace,
     validate_id,
 )
+from eventstore.builders import stop_reason_of
 from penguin._goal import goal_dict
 from projections import ModelContext, SessionState
 
@@ -208,8 +209,8 @@ def describe(record: OmniMessage) -> str:
         detail = ""
     else:
         detail = preview(encode(record).decode("utf-8", "replace"), _PREVIEW)
-    stop = getattr(p, "stop_reason", None)
-    if isinstance(stop, str) and stop != "completed" and not isinstance(p, RequestEndPayload):
+    stop = stop_reason_of(record)  # only messages have one: events never show a tail
+    if stop != "completed":
         detail += f" [{stop}]"
     return f"{origin}{safe(kind, keep_newlines=False)} {detail}".rstrip()
 
@@ -270,7 +271,11 @@ def state_dict(state: SessionState) -> dict[str, Any]:
 
 def context_dict(ctx: ModelContext) -> dict[str, Any]:
     summary = ctx.pending_summary
-    summary_text = getattr(summary.payload, "text", None) if summary is not None else None
+    summary_text = (
+        summary.payload.text
+        if summary is not None and isinstance(summary.payload, TextPayload)
+        else None
+    )
     return {
         "history": len(ctx.history),
         "carry_over": len(ctx.pending),

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import anyio
 
 from engine import DEFAULT_MAX_TURNS, AbortSignal, CompactionSettings, Session
-from eventstore import OmniMessage, ToolCallPayload, file_index
+from eventstore import OmniMessage, TextPayload, ToolCallPayload, file_index
 
 from ._channel import Channel
 
@@ -104,10 +104,9 @@ class Hosted:
 
     def _publish_record(self, msg: OmniMessage, file: int, ordinal: int) -> None:
         self.channel.publish_record(msg, file, ordinal)
-        if self.queued_steering and msg.type == "model_msg":
-            role = getattr(msg.payload, "role", None)
-            if role == "user" and getattr(msg.payload, "text", None) is not None:
-                self.queued_steering -= 1
+        p = msg.payload
+        if self.queued_steering and isinstance(p, TextPayload) and p.role == "user":
+            self.queued_steering -= 1
         event, self.published = self.published, anyio.Event()
         event.set()
 
