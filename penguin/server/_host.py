@@ -30,6 +30,7 @@ from engine import (
     LocalEnvironment,
     RetryPolicy,
     Session,
+    check_workspace,
 )
 from engine.llm import ScriptedEnvironment, ScriptedLLM
 from eventstore import (
@@ -216,8 +217,10 @@ class SessionHost:
         if not self.accepting:
             raise ApiError(503, "shutting_down", "the server is shutting down")
         ws = workspace if workspace is not None else self.workspace
-        if not ws.is_dir():
-            raise ApiError(400, "workspace_not_found", "the workspace does not exist")
+        try:
+            check_workspace(ws)
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            raise ApiError(400, "workspace_not_found", str(exc)) from None
         llm = self._llm_factory(model)
         try:
             session = await Session.create(
@@ -232,9 +235,10 @@ class SessionHost:
                 max_turns=max_turns,
                 retry=self._retry,
             )
-        except (FileNotFoundError, NotADirectoryError):
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            # Gone between the check and the session's own (the same check, R-SESSION-1).
             await _close_llm(llm)
-            raise ApiError(400, "workspace_not_found", "the workspace does not exist") from None
+            raise ApiError(400, "workspace_not_found", str(exc)) from None
         h = self._new_hosted(session.id, project, agent, (0, 0))
         h.approval, h.compaction, h.max_turns, h.model = approval, compaction, max_turns, model
         await self._hold(h, session, llm)

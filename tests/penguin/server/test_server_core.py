@@ -138,6 +138,12 @@ async def test_r_srv_2_3_errors_share_one_shape(root: Path) -> None:
         assert r.status_code == 413
         r = await c.post("/api/sessions", json={"workspace": str(root / "missing")})
         assert r.status_code == 400 and r.json()["error"]["code"] == "workspace_not_found"
+        # The engine's one workspace check (R-SESSION-1) words the message.
+        assert r.json()["error"]["message"] == f"workspace does not exist: {root / 'missing'}"
+        (root / "a-file").write_text("x")
+        r = await c.post("/api/sessions", json={"workspace": str(root / "a-file")})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "workspace_not_found"
+        assert r.json()["error"]["message"].startswith("workspace is not a directory: ")
         r = await c.get("/api/sessions/session-nope")
         assert r.status_code == 404 and r.json()["error"]["code"] == "session_not_found"
         r = await c.get("/api/sessions/..%2F..%2Fetc")
