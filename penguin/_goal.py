@@ -37,7 +37,7 @@ class GoalRounds:
         if isinstance(p, GoalFinishedPayload):
             self.finished = p
             return None
-        if isinstance(p, TextPayload) and p.role == "user" and p.text.startswith("[goal]"):
+        if isinstance(p, TextPayload) and p.role == "user":
             found = mk.goal_round_of(p.text)
             if found is not None:
                 block = p.text[: len(p.text) - len(found[1])]

@@ -106,7 +106,8 @@ _SKIP_CHUNK: Final = 1 << 20
 # The exact strings and block grammars are the projections' (one spelling, SPEC Appendix A).
 _DENIAL_TEXT: Final = {"deny": mk.DENIED_BY_USER, "forbidden": mk.DENIED_BY_POLICY}
 _RETRYABLE: Final = RETRYABLE_STATUSES
-_STEERING_PREFIXES: Final = ("[user_steering]", "<user_steering>")
+# A text that opens like a steering block but does not parse as one is reported (V-16).
+_STEERING_PREFIXES: Final = (f"[{mk.TAG_USER_STEERING}]", f"<{mk.TAG_USER_STEERING}>")
 
 
 _MODEL_TAGS: Final = MODEL_PAYLOAD_TAGS

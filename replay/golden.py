@@ -341,7 +341,7 @@ def _goal_round(record: OmniMessage) -> tuple[int, str, str] | None:
     p = record.payload
     if record.origin is not None or not isinstance(p, TextPayload) or p.role != "user":
         return None
-    found = mk.goal_round_of(p.text) if p.text.startswith("[goal]") else None
+    found = mk.goal_round_of(p.text)
     return None if found is None else (found[0], found[1], p.text)
 
 

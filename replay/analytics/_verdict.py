@@ -13,7 +13,7 @@ every ordinary line is decided in SQL.
 
 from __future__ import annotations
 
-from eventstore import decode, encode
+from eventstore import TraceDecodeError, decode, encode
 
 __all__ = ["line_verdict"]
 
@@ -32,5 +32,6 @@ def line_verdict(line: str | None) -> str:
             return "+" + encode(decode(stripped)).decode()
         except Exception as exc:
             first = exc
-    detail = getattr(first, "detail", None)
-    return "-" + (detail if isinstance(detail, str) else f"decoder error: {first}")
+    if isinstance(first, TraceDecodeError):
+        return "-" + first.detail
+    return f"-decoder error: {first}"
