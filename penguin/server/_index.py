@@ -16,15 +16,17 @@ from pathlib import Path
 from typing import Any, Final
 
 from eventstore import (
+    MAX_LINE_BYTES,
     CompactionBeginPayload,
     CompactionEndPayload,
     DataRoot,
+    OmniMessage,
     RequestEndPayload,
     SessionInfo,
     SessionMetaPayload,
     TokenUsagePayload,
+    decode,
     file_index,
-    iter_trace,
 )
 from projections import SessionState
 
@@ -74,6 +76,9 @@ class Index:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        self._refreshing = threading.Lock()
+        # Each session's fold so far (in memory only: a restart folds the files again).
+        self._folds: dict[str, _Fold] = {}
 
     def close(self) -> None:
         with self._lock:
@@ -83,24 +88,27 @@ class Index:
 
     def refresh(self) -> list[str]:
         """Fold what changed since the checkpoints; returns the ids whose rows changed."""
-        infos = self.root.sessions()
-        with self._lock:
-            known: dict[str, dict[str, tuple[int, int]]] = {}
-            for path, sid, offset, mtime in self._db.execute(
-                "SELECT path, session, offset, mtime_ns FROM files"
-            ):
-                known.setdefault(sid, {})[path] = (offset, mtime)
-        changed: list[SessionInfo] = []
-        seen: set[str] = set()
-        for info in infos:
-            seen.add(info.session_id)
-            now = {str(f): _stat(f) for f in info.files}
-            if now != known.get(info.session_id):
-                changed.append(info)
-        for info in changed:
-            self._refold(info)
-        gone = self._gone(seen)
-        return [i.session_id for i in changed] + gone
+        with self._refreshing:
+            infos = self.root.sessions()
+            with self._lock:
+                known: dict[str, dict[str, tuple[int, int]]] = {}
+                for path, sid, offset, mtime in self._db.execute(
+                    "SELECT path, session, offset, mtime_ns FROM files"
+                ):
+                    known.setdefault(sid, {})[path] = (offset, mtime)
+            changed: list[SessionInfo] = []
+            seen: set[str] = set()
+            for info in infos:
+                seen.add(info.session_id)
+                now = {str(f): _stat(f)[:2] for f in info.files}
+                if now != known.get(info.session_id):
+                    changed.append(info)
+            for info in changed:
+                self._catch_up(info)
+            gone = self._gone(seen)
+            for sid in gone:
+                self._folds.pop(sid, None)
+            return [i.session_id for i in changed] + gone
 
     def _gone(self, seen: set[str]) -> list[str]:
         with self._lock:
@@ -120,83 +128,53 @@ class Index:
         ):
             db.execute(f"DELETE FROM {table} WHERE {col} = ?", (sid,))
 
-    def _refold(self, info: SessionInfo) -> None:
-        stats = [(f, _stat(f)) for f in info.files]
-        state = SessionState()
-        usage: list[tuple[Any, ...]] = []
-        errors: list[tuple[Any, ...]] = []
-        model, workspace, last_time = "", "", ""
-        for f in info.files:
-            index = _file_index(f)
-            compacting = False
-            for ordinal, rec in enumerate(iter_trace(f, report=False)):
-                state.apply(rec)
-                p = rec.payload
-                last_time = rec.timestamp
-                if isinstance(p, SessionMetaPayload):
-                    model, workspace = p.model_id, p.workspace
-                elif isinstance(p, CompactionBeginPayload):
-                    compacting = True
-                elif isinstance(p, CompactionEndPayload):
-                    compacting = False
-                elif isinstance(p, TokenUsagePayload):
-                    r = p.request
-                    kind = "compaction" if compacting else "turn"
-                    usage.append(
-                        (
-                            info.session_id,
-                            info.agent,
-                            model,
-                            kind,
-                            r.cache_read,
-                            r.cache_write,
-                            r.output,
-                            r.total,
-                            rec.timestamp,
-                            index,
-                            ordinal,
-                        )
-                    )
-                elif isinstance(p, RequestEndPayload) and p.status not in ("completed", "aborted"):
-                    errors.append(
-                        (
-                            info.session_id,
-                            p.status,
-                            p.error_message or "",
-                            rec.timestamp,
-                            index,
-                            ordinal,
-                        )
-                    )
+    def _catch_up(self, info: SessionInfo) -> None:
+        """Fold only the lines appended since the last refresh when the session's files merely
+        grew (the common case while a task runs: a full refold each time would make a long
+        task's index cost quadratic); fold every file again otherwise."""
+        fold = self._folds.get(info.session_id)
+        whole = fold is None or not fold.continues(info.files)
+        if whole:
+            fold = self._folds[info.session_id] = _Fold(info.session_id, info.agent)
+        assert fold is not None
+        usage, errors = fold.advance(info.files)
         row = (
             info.session_id,
             info.project,
             info.agent,
             info.created.isoformat(),
             len(info.files),
-            state.records,
-            state.turns_total,
-            state.last_request_status,
-            model,
-            workspace,
-            state.session_tokens.total,
-            last_time,
+            fold.state.records,
+            fold.state.turns_total,
+            fold.state.last_request_status,
+            fold.model,
+            fold.workspace,
+            fold.state.session_tokens.total,
+            fold.last_time,
         )
         with self._lock:
             db = self._db
             db.execute("BEGIN")
             try:
-                self._delete_locked(info.session_id)
+                if whole:
+                    self._delete_locked(info.session_id)
+                else:
+                    db.execute("DELETE FROM sessions WHERE id = ?", (info.session_id,))
                 db.execute(f"INSERT INTO sessions VALUES ({','.join('?' * len(row))})", row)
                 db.executemany("INSERT INTO usage VALUES (?,?,?,?,?,?,?,?,?,?,?)", usage)
                 db.executemany("INSERT INTO errors VALUES (?,?,?,?,?,?)", errors)
                 db.executemany(
                     "INSERT OR REPLACE INTO files VALUES (?,?,?,?)",
-                    [(str(f), info.session_id, st[0], st[1]) for f, st in stats if st is not None],
+                    [
+                        (p, info.session_id, size, mt)
+                        for p, (size, mt, _ino) in fold.stats.items()
+                        if size >= 0
+                    ],
                 )
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
+                self._folds.pop(info.session_id, None)
                 raise
 
     # ------------------------------------------------------------------ queries
@@ -268,13 +246,156 @@ def _window(start: str | None, end: str | None, session: str | None) -> tuple[st
     return ("WHERE " + " AND ".join(clauses)) if clauses else "", args
 
 
-def _stat(path: Path) -> tuple[int, int] | None:
+def _stat(path: Path) -> tuple[int, int, int]:
+    """Size, mtime and inode (``(-1, -1, -1)`` for a file that vanished)."""
     try:
         st = path.stat()
     except OSError:
-        return None
-    return st.st_size, st.st_mtime_ns
+        return -1, -1, -1
+    return st.st_size, st.st_mtime_ns, st.st_ino
 
 
 def _file_index(path: Path) -> int:
     return file_index(path) or 0
+
+
+_CHUNK: Final = 1 << 20
+_BOM: Final = b"\xef\xbb\xbf"
+
+
+class _Fold:
+    """One session's rows as a fold over its files' complete lines, resumable at the byte
+    offset where it stopped.  Reads each line as ``iter_trace`` does: a line that does not
+    decode (nor does trimmed) is skipped, an unterminated last line waits for its newline."""
+
+    def __init__(self, session_id: str, agent: str) -> None:
+        self.session_id = session_id
+        self.agent = agent
+        self.state = SessionState()
+        self.model = ""
+        self.workspace = ""
+        self.last_time = ""
+        self.stats: dict[str, tuple[int, int, int]] = {}
+        self._done: dict[str, int] = {}  # path -> bytes folded (whole lines)
+        self._ordinal: dict[str, int] = {}  # path -> records folded
+        self._compacting: dict[str, bool] = {}
+
+    def continues(self, files: list[Path]) -> bool:
+        """Whether ``files`` are the folded files, grown (and maybe followed by new ones)."""
+        paths = [str(f) for f in files]
+        folded = list(self._done)
+        if paths[: len(folded)] != folded:
+            return False
+        for path in folded:
+            size, _mtime, ino = _stat(Path(path))
+            if size < self._done[path] or ino != self.stats[path][2]:
+                return False
+        return True
+
+    def advance(self, files: list[Path]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        """Fold what was appended; returns the new usage and error rows."""
+        usage: list[tuple[Any, ...]] = []
+        errors: list[tuple[Any, ...]] = []
+        for f in files:
+            path = str(f)
+            st = self.stats[path] = _stat(f)  # before reading: a later append shows as a change
+            if st[0] < 0:
+                continue
+            index = _file_index(f)
+            start = self._done.get(path, 0)
+            ordinal = self._ordinal.get(path, 0)
+            compacting = self._compacting.get(path, False)
+            end, records = _complete_records(f, start)
+            for rec in records:
+                compacting = self._apply(rec, index, ordinal, compacting, usage, errors)
+                ordinal += 1
+            self._done[path], self._ordinal[path] = end, ordinal
+            self._compacting[path] = compacting
+        return usage, errors
+
+    def _apply(
+        self,
+        rec: OmniMessage,
+        index: int,
+        ordinal: int,
+        compacting: bool,
+        usage: list[tuple[Any, ...]],
+        errors: list[tuple[Any, ...]],
+    ) -> bool:
+        self.state.apply(rec)
+        p = rec.payload
+        self.last_time = rec.timestamp
+        if isinstance(p, SessionMetaPayload):
+            self.model, self.workspace = p.model_id, p.workspace
+        elif isinstance(p, CompactionBeginPayload):
+            return True
+        elif isinstance(p, CompactionEndPayload):
+            return False
+        elif isinstance(p, TokenUsagePayload):
+            r = p.request
+            kind = "compaction" if compacting else "turn"
+            usage.append(
+                (
+                    self.session_id,
+                    self.agent,
+                    self.model,
+                    kind,
+                    r.cache_read,
+                    r.cache_write,
+                    r.output,
+                    r.total,
+                    rec.timestamp,
+                    index,
+                    ordinal,
+                )
+            )
+        elif isinstance(p, RequestEndPayload) and p.status not in ("completed", "aborted"):
+            errors.append(
+                (self.session_id, p.status, p.error_message or "", rec.timestamp, index, ordinal)
+            )
+        return compacting
+
+
+def _complete_records(path: Path, start: int) -> tuple[int, list[OmniMessage]]:
+    """The records of the complete lines from byte ``start`` on, and the offset after them."""
+    records: list[OmniMessage] = []
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below; a vanished file folds nothing
+    except OSError:
+        return start, records
+    with f:
+        f.seek(start)
+        pos = start  # the file offset where ``carry`` starts
+        carry = b""
+        while chunk := f.read(_CHUNK):
+            if pos == 0 and not carry and chunk.startswith(_BOM):
+                chunk = chunk[len(_BOM) :]
+                pos = len(_BOM)
+            data = carry + chunk if carry else chunk
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                carry = data
+                continue
+            carry = data[cut + 1 :]
+            pos += cut + 1
+            for line in data[:cut].split(b"\n"):
+                rec = _decode(line)
+                if rec is not None:
+                    records.append(rec)
+    return pos, records
+
+
+def _decode(line: bytes) -> OmniMessage | None:
+    """A line as the reader takes it (R-READ-1/2): ``None`` for a blank or malformed one."""
+    if len(line) > MAX_LINE_BYTES:
+        return None
+    try:
+        return decode(line)
+    except Exception:
+        stripped = line.strip()
+        if not stripped or stripped == line:
+            return None
+        try:
+            return decode(stripped)
+        except Exception:
+            return None
