@@ -18,7 +18,6 @@ if TYPE_CHECKING:
 
     from ._config import (
         DEFAULT_MAX_TURNS,
-        RETRYABLE_STATUSES,
         CompactionSettings,
         RetryPolicy,
         check_workspace,
@@ -41,6 +40,7 @@ if TYPE_CHECKING:
         deny_all,
         llm_identity,
     )
+    from ._retryable import RETRYABLE_STATUSES
     from ._session import Compactability, RecordListener, Session
     from ._signal import AbortSignal
     from ._subagent import (
@@ -58,7 +58,6 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(
         (
             "DEFAULT_MAX_TURNS",
-            "RETRYABLE_STATUSES",
             "CompactionSettings",
             "RetryPolicy",
             "check_workspace",
@@ -66,6 +65,7 @@ _LAZY: dict[str, str] = {
         "._config",
     ),
     **dict.fromkeys(("EngineError", "SessionBroken", "SessionBusy"), "._exceptions"),
+    "RETRYABLE_STATUSES": "._retryable",  # not ._config: the validator needs no pydantic
     "GoalOptions": "._goal",
     **dict.fromkeys(("LocalEnvironment", "ToolContext"), "._local"),
     **dict.fromkeys(

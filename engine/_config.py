@@ -1,9 +1,9 @@
 """Session options: compaction and reconnect settings and the session defaults (API.md).
 
 Owns: ``CompactionSettings`` and ``RetryPolicy`` with their defaults and validation, the backoff
-ladder arithmetic (R-RETRY-3, R-RETRY-8), the statuses a reconnect retries (R-RETRY-1), the
-default ``max_turns`` and the workspace check (R-SESSION-1) — one copy each, for the engine,
-resume, golden files and the CLI.  Does not: wait, retry or compact.
+ladder arithmetic (R-RETRY-3, R-RETRY-8), the statuses a reconnect retries (R-RETRY-1, defined
+in ``_retryable``), the default ``max_turns`` and the workspace check (R-SESSION-1) — one copy
+each, for the engine, resume, golden files and the CLI.  Does not: wait, retry or compact.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from projections import DEFAULT_COMPACTION_PROMPT
 from projections import markers as mk
 
+from ._retryable import RETRYABLE_STATUSES
+
 __all__ = [
     "DEFAULT_MAX_TURNS",
     "RETRYABLE_STATUSES",
@@ -29,9 +31,6 @@ __all__ = [
 
 DEFAULT_MAX_TURNS: Final = 100
 """R-MAXT-1: turns per task when the caller sets none."""
-
-RETRYABLE_STATUSES: Final = frozenset({"failed", "timeout", "malformed"})
-"""R-RETRY-1: the request statuses a reconnect may retry (``aborted`` and ``auth`` never are)."""
 
 
 def check_workspace(workspace: str | os.PathLike[str]) -> Path:

@@ -1,67 +1,175 @@
 """The trace store: the OmniMessage schema, its codec, the append-only writer, the tolerant
-reader and the on-disk layout.  Knows nothing of the engine."""
+reader and the on-disk layout.  Knows nothing of the engine.
+
+Names load on first use (PEP 562), so ``from eventstore import TraceError`` does not load
+msgspec, the schema or the writer (issue 18: the CLI's start-up); the ``TYPE_CHECKING`` block is
+the same surface for mypy and IDEs.
+"""
 
 from __future__ import annotations
 
-from ._codec import decode, encode, encode_line
-from ._diagnostics import Diagnostic, DiagnosticKind
-from ._dirs import make_private_dirs
-from ._exceptions import (
-    RecordTooLarge,
-    SessionLocked,
-    TraceDecodeError,
-    TraceError,
-    TraceWriteError,
-)
-from ._layout import DEFAULT_AGENT, DEFAULT_PROJECT, DataRoot, SessionInfo, validate_id
-from ._names import parse_trace_name, trace_file_name
-from ._reader import MAX_LINE_BYTES, TraceRead, file_index, iter_trace, read_trace, scan_trace
-from ._schema import (
-    EVENT_PAYLOAD_TAGS,
-    EVENT_PAYLOAD_TYPES,
-    EXTRA_WIRE_NAME,
-    MODEL_PAYLOAD_TAGS,
-    MODEL_PAYLOAD_TYPES,
-    PARTIAL_PAYLOAD_TYPES,
-    PAYLOAD_TAG_OF,
-    AbortPayload,
-    Approval,
-    ApprovalDecisionPayload,
-    CompactionBeginPayload,
-    CompactionEndPayload,
-    CompactionMode,
-    CompactionReason,
-    EventPayload,
-    GoalFinishedPayload,
-    ImageUrlPayload,
-    InlineDataPayload,
-    InlineThinkingPayload,
-    McpConnectBeginPayload,
-    McpConnectEndPayload,
-    ModelPayload,
-    OmniMessage,
-    PartialTextPayload,
-    PartialThinkingPayload,
-    PartialToolCallOutputPayload,
-    PartialToolCallPayload,
-    Payload,
-    RequestBeginPayload,
-    RequestEndPayload,
-    SessionMetaPayload,
-    StopReason,
-    SubagentPayload,
-    TextPayload,
-    ThinkingPayload,
-    TokenCounts,
-    TokenUsagePayload,
-    ToolCallOutputPayload,
-    ToolCallPayload,
-    ToolDefinition,
-    ToolListReadyPayload,
-    UnknownPayload,
-)
-from ._summaries import SummaryCache, sidecar_path
-from ._writer import FsyncPolicy, TraceWriter
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._codec import decode, encode, encode_line
+    from ._diagnostics import Diagnostic, DiagnosticKind
+    from ._dirs import make_private_dirs
+    from ._exceptions import (
+        RecordTooLarge,
+        SessionLocked,
+        TraceDecodeError,
+        TraceError,
+        TraceWriteError,
+    )
+    from ._layout import (
+        DEFAULT_AGENT,
+        DEFAULT_PROJECT,
+        DataRoot,
+        SessionInfo,
+        validate_id,
+    )
+    from ._names import parse_trace_name, trace_file_name
+    from ._reader import (
+        MAX_LINE_BYTES,
+        TraceRead,
+        file_index,
+        iter_trace,
+        read_trace,
+        scan_trace,
+    )
+    from ._schema import (
+        EVENT_PAYLOAD_TAGS,
+        EVENT_PAYLOAD_TYPES,
+        EXTRA_WIRE_NAME,
+        MODEL_PAYLOAD_TAGS,
+        MODEL_PAYLOAD_TYPES,
+        PARTIAL_PAYLOAD_TYPES,
+        PAYLOAD_TAG_OF,
+        AbortPayload,
+        Approval,
+        ApprovalDecisionPayload,
+        CompactionBeginPayload,
+        CompactionEndPayload,
+        CompactionMode,
+        CompactionReason,
+        EventPayload,
+        GoalFinishedPayload,
+        ImageUrlPayload,
+        InlineDataPayload,
+        InlineThinkingPayload,
+        McpConnectBeginPayload,
+        McpConnectEndPayload,
+        ModelPayload,
+        OmniMessage,
+        PartialTextPayload,
+        PartialThinkingPayload,
+        PartialToolCallOutputPayload,
+        PartialToolCallPayload,
+        Payload,
+        RequestBeginPayload,
+        RequestEndPayload,
+        SessionMetaPayload,
+        StopReason,
+        SubagentPayload,
+        TextPayload,
+        ThinkingPayload,
+        TokenCounts,
+        TokenUsagePayload,
+        ToolCallOutputPayload,
+        ToolCallPayload,
+        ToolDefinition,
+        ToolListReadyPayload,
+        UnknownPayload,
+    )
+    from ._summaries import SummaryCache, sidecar_path
+    from ._writer import FsyncPolicy, TraceWriter
+
+# Public name -> the module that defines it.
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(
+        ("decode", "encode", "encode_line"),
+        "._codec",
+    ),
+    **dict.fromkeys(
+        ("Diagnostic", "DiagnosticKind"),
+        "._diagnostics",
+    ),
+    "make_private_dirs": "._dirs",
+    **dict.fromkeys(
+        ("RecordTooLarge", "SessionLocked", "TraceDecodeError", "TraceError", "TraceWriteError"),
+        "._exceptions",
+    ),
+    **dict.fromkeys(
+        ("DEFAULT_AGENT", "DEFAULT_PROJECT", "DataRoot", "SessionInfo", "validate_id"),
+        "._layout",
+    ),
+    **dict.fromkeys(
+        ("parse_trace_name", "trace_file_name"),
+        "._names",
+    ),
+    **dict.fromkeys(
+        ("MAX_LINE_BYTES", "TraceRead", "file_index", "iter_trace", "read_trace", "scan_trace"),
+        "._reader",
+    ),
+    **dict.fromkeys(
+        (
+            "EVENT_PAYLOAD_TAGS",
+            "EVENT_PAYLOAD_TYPES",
+            "EXTRA_WIRE_NAME",
+            "MODEL_PAYLOAD_TAGS",
+            "MODEL_PAYLOAD_TYPES",
+            "PARTIAL_PAYLOAD_TYPES",
+            "PAYLOAD_TAG_OF",
+            "AbortPayload",
+            "Approval",
+            "ApprovalDecisionPayload",
+            "CompactionBeginPayload",
+            "CompactionEndPayload",
+            "CompactionMode",
+            "CompactionReason",
+            "EventPayload",
+            "GoalFinishedPayload",
+            "ImageUrlPayload",
+            "InlineDataPayload",
+            "InlineThinkingPayload",
+            "McpConnectBeginPayload",
+            "McpConnectEndPayload",
+            "ModelPayload",
+            "OmniMessage",
+            "PartialTextPayload",
+            "PartialThinkingPayload",
+            "PartialToolCallOutputPayload",
+            "PartialToolCallPayload",
+            "Payload",
+            "RequestBeginPayload",
+            "RequestEndPayload",
+            "SessionMetaPayload",
+            "StopReason",
+            "SubagentPayload",
+            "TextPayload",
+            "ThinkingPayload",
+            "TokenCounts",
+            "TokenUsagePayload",
+            "ToolCallOutputPayload",
+            "ToolCallPayload",
+            "ToolDefinition",
+            "ToolListReadyPayload",
+            "UnknownPayload",
+        ),
+        "._schema",
+    ),
+    **dict.fromkeys(
+        ("SummaryCache", "sidecar_path"),
+        "._summaries",
+    ),
+    **dict.fromkeys(
+        ("FsyncPolicy", "TraceWriter"),
+        "._writer",
+    ),
+    "builders": "",  # submodules, as ``eventstore.builders``
+    "partials": "",
+}
 
 __all__ = [
     "DEFAULT_AGENT",
@@ -135,3 +243,17 @@ __all__ = [
     "sidecar_path",
     "validate_id",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    source = _LAZY.get(name)
+    if source is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = import_module(source or f".{name}", __name__)
+    value = module if not source else getattr(module, name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,5 +1,6 @@
-"""``engine``, ``replay`` and ``projections`` load a public name's module on first use (PEP 562,
-issue 18): importing the package costs nothing, and the surface is the same as an eager one."""
+"""``eventstore``, ``engine``, ``replay`` and ``projections`` load a public name's module on first
+use (PEP 562, issue 18): importing the package costs nothing, and the surface is the same as an
+eager one."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 
 import pytest
 
-LAZY = ["engine", "replay", "projections"]
+LAZY = ["eventstore", "engine", "replay", "projections"]
 
 _PROBE = """
 import json, sys

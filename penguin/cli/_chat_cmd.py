@@ -13,8 +13,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from eventstore import DEFAULT_AGENT, DEFAULT_PROJECT, DataRoot, TextPayload
-
 from ._clikit import CliError, Globals, errors_to_exit_codes
 from ._config import load_config
 from ._options import (
@@ -32,6 +30,7 @@ from ._safe import safe
 
 if TYPE_CHECKING:
     from engine import LLM, Session
+    from eventstore import DataRoot
 
     from ._model import LlmOptions
 
@@ -187,6 +186,7 @@ async def _open(
     g: Globals, root: DataRoot, session_id: str | None, llm: LLM, ws: Path, turns: int
 ) -> Session:
     from engine import Session
+    from eventstore import DEFAULT_AGENT, DEFAULT_PROJECT
     from replay import resume_session
 
     from ._diagnose import quiet_reader
@@ -235,6 +235,7 @@ def _recent(g: Globals, root: DataRoot) -> list[str]:
 
 def _fork_here(root: DataRoot, session: Session) -> str:
     """Fork at the last assistant text of the session's latest file (a completed task)."""
+    from eventstore import TextPayload
     from replay import fork_session
 
     from ._inspect import read_numbered

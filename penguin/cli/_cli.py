@@ -17,8 +17,6 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from eventstore import validate_id
-
 from ._clikit import Globals, errors_to_exit_codes, hoist_globals, quiet_stdout
 from ._logs import route_library_logs
 
@@ -100,6 +98,8 @@ def _main(
     Without a command, on a terminal: the chat (`penguin chat`)."""
     route_library_logs()  # what the libraries log reaches stderr
     with errors_to_exit_codes():
+        from eventstore import validate_id  # here: `--help` needs no trace store
+
         if project is not None:
             validate_id(project, what="project")
         if agent is not None:

@@ -17,12 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from eventstore import DataRoot, SessionLocked, TraceError, decode, parse_trace_name, validate_id
+# Cheap names only (eventstore loads a name's module on first use): `--help` needs no codec.
+from eventstore import SessionLocked, TraceError, parse_trace_name
 
 from ._safe import safe, safe_json
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from eventstore import DataRoot
 
 
 __all__ = [
@@ -72,6 +75,8 @@ class Globals:
 
     def root(self) -> DataRoot:
         """The data root for reading: it must not be a file (an absent one holds nothing)."""
+        from eventstore import DataRoot
+
         root = DataRoot(self.home)
         if root.home.exists() and not root.home.is_dir():
             raise CliError(
@@ -274,6 +279,8 @@ def sniff_trace(path: Path) -> None:
     decodes as an OmniMessage record.  An empty file is a (crash-residue) trace; a file whose
     first line is longer than the sniffed prefix passes when it starts like a JSON object.
     """
+    from eventstore import decode
+
     shown = safe(str(path), keep_newlines=False)
     try:
         with open(path, "rb") as f:
@@ -378,6 +385,8 @@ def _exists(root: DataRoot, session_id: str, g: Globals) -> bool:
 
 
 def _looks_like_id(text: str) -> bool:
+    from eventstore import validate_id
+
     try:
         validate_id(text, what="session id")
     except ValueError:

@@ -10,15 +10,14 @@ from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 
-from eventstore import DEFAULT_AGENT, DEFAULT_PROJECT, DataRoot
-from eventstore.builders import user_text
-
 from ._clikit import errors_to_exit_codes, out_console
 from ._run import globals_of
 from ._safe import safe
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from eventstore import DataRoot
 
 
 __all__ = ["demo"]
@@ -43,6 +42,7 @@ def demo(
     import anyio
     from rich.text import Text
 
+    from eventstore import DEFAULT_AGENT, DEFAULT_PROJECT
     from replay import validate_session
 
     from ._render import short_id
@@ -79,6 +79,7 @@ async def _demo(
 
     from engine import CompactionSettings, LocalEnvironment, RetryPolicy, Session, allow_all
     from engine.llm import DEFAULT_SCRIPT, ScriptedLLM
+    from eventstore.builders import user_text
 
     from ._render import StreamRenderer
 

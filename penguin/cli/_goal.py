@@ -13,8 +13,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from eventstore import GoalFinishedPayload, OmniMessage
-
 from ._clikit import CliError
 from ._safe import preview, safe
 
@@ -22,6 +20,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from engine import GoalOptions
+    from eventstore import OmniMessage
     from projections import GoalState
 
 __all__ = [
@@ -130,6 +129,8 @@ class GoalView:
         """Look at a streamed message; ``True`` when it is a round input (printed here as one
         line instead of the whole protocol block)."""
         from rich.text import Text
+
+        from eventstore import GoalFinishedPayload
 
         found = self._rounds.round_of(msg)
         if found is not None:

@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from eventstore import OmniMessage, encode
-
 from ._clikit import (
     CliError,
     err_console,
@@ -200,6 +198,8 @@ def _session_view(
 def _follow(path: Path, *, as_json: bool) -> None:
     import anyio
     from rich.text import Text
+
+    from eventstore import OmniMessage, encode
 
     from ._follow import follow
     from ._inspect import describe

@@ -10,16 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-import msgspec
 import typer
-
-from eventstore import (
-    Diagnostic,
-    OmniMessage,
-    SessionMetaPayload,
-    TextPayload,
-    encode,
-)
 
 from ._clikit import CliError, Globals, err_console, errors_to_exit_codes, out_console, write_json
 from ._config import load_config
@@ -43,6 +34,7 @@ from ._run import globals_of
 from ._safe import preview, safe
 
 if TYPE_CHECKING:
+    from eventstore import Diagnostic, OmniMessage, SessionMetaPayload
     from projections import ModelContext, SessionState
 
     from ._live import Subagents
@@ -68,6 +60,8 @@ class Loaded:
 
     @property
     def meta_payload(self) -> SessionMetaPayload:
+        from eventstore import SessionMetaPayload
+
         p = self.meta.payload
         assert isinstance(p, SessionMetaPayload)
         return p
@@ -264,10 +258,16 @@ def _continue(g: Globals, loaded: Loaded, message: str | None, opts: TaskOptions
 
 
 def _record_json(msg: OmniMessage) -> Any:
+    import msgspec
+
+    from eventstore import encode
+
     return msgspec.json.decode(encode(msg))
 
 
 def _last_reply(context: ModelContext) -> str | None:
+    from eventstore import TextPayload
+
     for m in reversed(list(context.history)):
         p = m.payload
         if isinstance(p, TextPayload) and p.role == "assistant":

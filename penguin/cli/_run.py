@@ -10,8 +10,6 @@ from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 
-from eventstore import DEFAULT_AGENT, DEFAULT_PROJECT
-
 from ._clikit import Globals, errors_to_exit_codes
 from ._config import load_config
 from ._goal import BudgetOpt, GoalOpt, goal_options
@@ -126,6 +124,7 @@ def _start(g: Globals, message: str, opts: TaskOptions, *, system_prompt: str | 
     import anyio
 
     from engine import Session
+    from eventstore import DEFAULT_AGENT, DEFAULT_PROJECT
 
     from ._live import build_subagents, environment_for
     from ._model import build_llm, choose_approve, choose_model

@@ -127,7 +127,7 @@ def test_validate_loads_the_validator_alone(tmp_path: Path) -> None:
         "replay",
         "replay._validate",
         "engine",
-        "engine._config",  # RETRYABLE_STATUSES
+        "engine._retryable",  # RETRYABLE_STATUSES
         "projections",
         "projections.markers",
     }
