@@ -2,9 +2,9 @@
 fragments (R-SRV-6/7/8).
 
 Owns: event ids (``<file>:<ordinal>`` for a record, ``<file>:<ordinal>+<k>`` for the k-th
-other event after it), the replay buffer (10,000 events or 8 MiB), subscribers (bounded queues;
-a subscriber that falls behind is dropped and reconnects losslessly), the plan of a reconnect
-(buffer, or the trace when the buffer no longer holds the gap), and the open segments a reload
+other event after it), the replay buffer (10,000 events or 8 MiB), subscribers (bounded send
+buffers filled at publish time; a subscriber that falls behind is dropped and reconnects
+losslessly), the plan of a reconnect (buffer, or the trace when the buffer no longer holds the gap), and the open segments a reload
 shows as ``live`` fragments.  Does not: read traces (the host does) or speak HTTP.
 """
 
@@ -17,7 +17,6 @@ from typing import Any, Final
 
 import anyio
 import msgspec
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from eventstore import OmniMessage, encode
 from eventstore.builders import is_partial
@@ -72,9 +71,35 @@ def unnumbered(name: str | None, data: bytes) -> bytes:
 
 @dataclass(slots=True, eq=False)
 class Subscriber:
-    send: MemoryObjectSendStream[Event]
-    receive: MemoryObjectReceiveStream[Event]
-    dropped: bool = False
+    """One connection's send buffer: the channel appends each event's wire bytes to
+    ``pending`` at publish time and wakes the connection's writer only when it waits, so a
+    burst of events costs one wake-up and one HTTP write, not one each."""
+
+    pending: list[bytes] = field(default_factory=list)
+    dropped: bool = False  # fell behind, or the channel closed: end after ``pending``
+    _wake: anyio.Event | None = None
+
+    def put(self, wire: bytes) -> None:
+        self.pending.append(wire)
+        self.wake()
+
+    def wake(self) -> None:
+        wake = self._wake
+        if wake is not None:
+            self._wake = None
+            wake.set()
+
+    async def wait(self) -> None:
+        """Until something is pending or the subscription ended."""
+        if self.pending or self.dropped:
+            return
+        wake = self._wake = anyio.Event()
+        await wake.wait()
+
+    def take(self) -> bytes:
+        out = b"".join(self.pending)
+        self.pending.clear()
+        return out
 
 
 @dataclass(slots=True)
@@ -222,14 +247,19 @@ class Channel:
             self._floor = old.key
             if not old.recorded:
                 self._lost = old.key
-        for sub in tuple(self._subs):
-            try:
-                sub.send.send_nowait(ev)
-            except anyio.WouldBlock:
-                # Too slow: drop it; it reconnects with its Last-Event-ID and loses nothing.
-                self._drop(sub)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                self._drop(sub)
+        wire = ev.wire
+        behind: list[Subscriber] = []
+        for sub in self._subs:
+            pending = sub.pending
+            pending.append(wire)
+            if len(pending) > SUBSCRIBER_QUEUE:
+                behind.append(sub)
+            else:
+                sub.wake()
+        for sub in behind:
+            # Too slow: it gets what it has, then its stream ends; it reconnects with its
+            # Last-Event-ID and loses nothing (the trace has every record, R-SRV-8).
+            self._drop(sub)
 
     def end_segments(self) -> None:
         """The task ended: nothing is streaming any more."""
@@ -240,8 +270,7 @@ class Channel:
     def subscribe(self, last: Key | None) -> tuple[Subscriber, list[Event] | ReplayPlan]:
         """Register a subscriber and say what it missed, in one synchronous step (so the gap and
         the live queue neither overlap nor leave a hole)."""
-        send, receive = anyio.create_memory_object_stream[Event](SUBSCRIBER_QUEUE)
-        sub = Subscriber(send, receive)
+        sub = Subscriber()
         self._subs.add(sub)
         if last is None:
             return sub, []
@@ -261,12 +290,12 @@ class Channel:
 
     def unsubscribe(self, sub: Subscriber) -> None:
         self._drop(sub)
-        sub.receive.close()
+        sub.pending.clear()
 
     def _drop(self, sub: Subscriber) -> None:
         self._subs.discard(sub)
         sub.dropped = True
-        sub.send.close()
+        sub.wake()
 
     def close(self) -> None:
         for sub in tuple(self._subs):

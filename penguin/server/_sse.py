@@ -12,16 +12,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from ._channel import Channel, Event, Subscriber
+from ._channel import Channel, Subscriber
 
 __all__ = ["SSEResponse"]
 
 HEARTBEAT_S: Final = 15.0
-_BATCH: Final = 256
 # Well under the 50 ms write->client budget (issue 19), and long enough for a busy server's
 # sessions to push several events each.
 _LINGER_S: Final = 0.004
@@ -52,12 +50,14 @@ class SSEResponse(Response):
         self._sub = sub
         self._prelude = prelude
         self._heartbeat = heartbeat_s
+        self._wrote = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._watch, receive, tg.cancel_scope)
+                tg.start_soon(self._beat)
                 await self._pump(send)
                 tg.cancel_scope.cancel()
         except OSError:
@@ -72,37 +72,30 @@ class SSEResponse(Response):
                 scope.cancel()
                 return
 
+    async def _beat(self) -> None:
+        """A comment when nothing was written for a heartbeat period (one timer per
+        connection, not one per wait)."""
+        while True:
+            self._wrote = False
+            await anyio.sleep(self._heartbeat)
+            if not self._wrote:
+                self._sub.put(b": heartbeat\n\n")
+
     async def _pump(self, send: Send) -> None:
         body = b"".join(await self._prelude())
         await _chunk(send, body or b": connected\n\n")
-        receive = self._sub.receive
+        sub = self._sub
         while True:
-            first: Event | None = None
-            with anyio.move_on_after(self._heartbeat):
-                try:
-                    first = await receive.receive()
-                except anyio.EndOfStream:
-                    return  # dropped (too slow) or closed: the client reconnects
-            if first is None:
-                await _chunk(send, b": heartbeat\n\n")
-                continue
-            # An HTTP write costs far more than an event, and a session pushes its events one
-            # by one: a short wait lets one write carry what the next few ms produce (a
+            await sub.wait()
+            if not sub.pending:
+                return  # dropped (too slow) or closed: the client reconnects
+            # An HTTP write costs far more than an event, and a session publishes its events
+            # one by one: a short wait lets one write carry what the next few ms produce (a
             # subscriber already behind has a full batch and does not wait).
-            batch = [first.wire]
-            _drain(receive, batch)
-            if len(batch) < _LINGER_BELOW:
+            if len(sub.pending) < _LINGER_BELOW and not sub.dropped:
                 await anyio.sleep(_LINGER_S)
-                _drain(receive, batch)
-            await _chunk(send, b"".join(batch))
-
-
-def _drain(receive: MemoryObjectReceiveStream[Event], batch: list[bytes]) -> None:
-    while len(batch) < _BATCH:
-        try:
-            batch.append(receive.receive_nowait().wire)
-        except (anyio.WouldBlock, anyio.EndOfStream):
-            return
+            self._wrote = True
+            await _chunk(send, sub.take())
 
 
 async def _chunk(send: Send, body: bytes) -> None:

@@ -25,9 +25,11 @@ def _is_trace(change: object, path: str) -> bool:
 async def watch_traces(ctx: ServerContext) -> None:
     ctx.root.ensure_dir(ctx.root.home)
     # The watcher's thread notices a cancellation only between waits and shutdown waits for it:
-    # a short rust_timeout keeps SIGTERM at ~0.5 s instead of watchfiles' default 5 s.
+    # a short rust_timeout keeps SIGTERM at ~0.5 s instead of watchfiles' default 5 s.  While
+    # tasks run the traces change all the time: one refresh a second is enough (a reader's
+    # route refreshes on demand too), and each one walks the root.
     async for _changes in awatch(
-        ctx.root.home, watch_filter=_is_trace, debounce=200, step=50, rust_timeout=500
+        ctx.root.home, watch_filter=_is_trace, debounce=1000, step=50, rust_timeout=500
     ):
         try:
             await ctx.refresh_index(max_age=0)
