@@ -37,6 +37,13 @@ class ApproveChoice(StrEnum):
     deny_all = "deny-all"
 
 
+class FsyncChoice(StrEnum):
+    turn = "turn"
+    always = "always"
+    rotate = "rotate"
+    never = "never"
+
+
 class ModeChoice(StrEnum):
     summarize = "summarize"
     discard = "discard"

@@ -16,7 +16,7 @@ import typer
 from ._cli import app
 from ._clikit import CliError, errors_to_exit_codes, workspace_dir
 from ._config import load_config
-from ._options import ApproveChoice, BaseUrlOpt, KeyEnvOpt, LlmOpt, ModelOpt, ScriptOpt
+from ._options import ApproveChoice, BaseUrlOpt, FsyncChoice, KeyEnvOpt, LlmOpt, ModelOpt, ScriptOpt
 from ._run import globals_of
 from ._safe import safe
 
@@ -63,6 +63,16 @@ def serve(
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     api_key_env: KeyEnvOpt = None,
+    fsync: Annotated[
+        FsyncChoice,
+        typer.Option(
+            "--fsync",
+            help="When session traces are made durable (R-TRACE-16): turn (at every turn's "
+            "end), always (every record), rotate or never (faster; a crash of the machine may "
+            "lose the last records).",
+            case_sensitive=False,
+        ),
+    ] = FsyncChoice.turn,
 ) -> None:
     """Serve sessions over HTTP with a lossless event stream (Ctrl-C or SIGTERM to stop).
 
@@ -96,6 +106,7 @@ def serve(
                 environment_factory=lambda m, w: environment_for(m, w),
                 workspace=ws,
                 approval=approve.value,
+                fsync=fsync.value,
             )
         except server_error as exc:
             raise CliError(safe(str(exc))) from None

@@ -25,7 +25,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine import RetryPolicy
-from eventstore import DataRoot
+from eventstore import DataRoot, FsyncPolicy
 from penguin.web import web_app
 
 from ._auth import authenticate, load_token
@@ -125,8 +125,11 @@ def create_app(
     buffer_bytes: int = 8 * 2**20,
     watch: bool = True,
     retry: RetryPolicy | None = None,
+    fsync: FsyncPolicy = "turn",
 ) -> Starlette:
-    """The server as an ASGI app; nothing runs until its lifespan starts."""
+    """The server as an ASGI app; nothing runs until its lifespan starts.  ``fsync`` is the
+    durability policy of the sessions it writes (R-TRACE-16); weaker than ``turn`` only by
+    choice."""
     data_root = root if isinstance(root, DataRoot) else DataRoot(root)
     ctx_box: list[ServerContext] = []
     host = SessionHost(
@@ -138,6 +141,7 @@ def create_app(
         buffer_events=buffer_events,
         buffer_bytes=buffer_bytes,
         retry=retry,
+        fsync=fsync,
         on_state=lambda h: ctx_box[0].session_state_event(h),
         on_created=lambda sid, source: ctx_box[0].session_created_event(sid, source),
     )

@@ -37,6 +37,7 @@ from eventstore import (
     DEFAULT_AGENT,
     DEFAULT_PROJECT,
     DataRoot,
+    FsyncPolicy,
     OmniMessage,
     SessionLocked,
     SessionMetaPayload,
@@ -100,8 +101,10 @@ class SessionHost:
         on_state: Callable[[Hosted], None] | None = None,
         on_created: Callable[[str, str], None] | None = None,
         retry: RetryPolicy | None = None,
+        fsync: FsyncPolicy = "turn",
     ) -> None:
         self.root = root
+        self._fsync: FsyncPolicy = fsync
         self._retry = retry or Session.DEFAULT_RETRY
         self._llm_factory = llm_factory or default_llm
         self._env_factory = environment_factory or default_environment
@@ -234,6 +237,7 @@ class SessionHost:
                 compaction=compaction,
                 max_turns=max_turns,
                 retry=self._retry,
+                fsync=self._fsync,
             )
         except (FileNotFoundError, NotADirectoryError) as exc:
             # Gone between the check and the session's own (the same check, R-SESSION-1).
@@ -265,6 +269,7 @@ class SessionHost:
                     compaction=h.compaction,
                     max_turns=h.max_turns,
                     retry=self._retry,
+                    fsync=self._fsync,
                 )
             except SessionLocked as exc:
                 await _close_llm(llm)

@@ -17,7 +17,7 @@ from types import FrameType
 
 import uvicorn
 
-from eventstore import DataRoot
+from eventstore import DataRoot, FsyncPolicy
 
 from ._app import create_app
 from ._context import ServerContext
@@ -75,6 +75,7 @@ def serve(
     approval: ApprovalMode = "ask",
     log_level: str = "warning",
     announce: Callable[[str], None] | None = None,
+    fsync: FsyncPolicy = "turn",
 ) -> None:
     """Serve until SIGINT/SIGTERM (which abort running tasks as a user abort would; exit
     within 10 s).  Once bound, ``announce(url)`` gets the login URL (``port=0`` binds a free
@@ -90,6 +91,7 @@ def serve(
         environment_factory=environment_factory,
         workspace=workspace,
         approval=approval,
+        fsync=fsync,
     )
     ctx: ServerContext = app.state.penguin
     shown = f"[{host}]" if ":" in host else host
