@@ -120,7 +120,7 @@ def decode_line(raw: bytes) -> OmniMessage | None:
             return None
 
 
-def read_numbered(path: Path, *, index: int | None = None) -> NumberedFile:
+def read_numbered(path: Path) -> NumberedFile:
     """Records with their 1-based physical line numbers; blank, malformed and torn-tail lines
     are skipped exactly as ``eventstore.read_trace`` skips them, so positions in the returned
     list are the record ordinals of the file (R-FORK-1)."""
@@ -136,10 +136,8 @@ def read_numbered(path: Path, *, index: int | None = None) -> NumberedFile:
             record = decode_line(raw[:-1])
             if record is not None:
                 records.append((line_no, record))
-    if index is None:
-        name = trace_name(path)
-        index = name[1] if name else 1
-    return NumberedFile(path=path, index=index, size=size, records=records)
+    name = trace_name(path)
+    return NumberedFile(path=path, index=name[1] if name else 1, size=size, records=records)
 
 
 # --------------------------------------------------------------------------- record texts
@@ -624,19 +622,14 @@ def _t(text: str, style: str = "") -> Text:
     return Text(text, style=style)
 
 
-def _fmt_ms(ms: int | None) -> str:
-    if ms is None:
-        return "?"
+def _fmt_ms(ms: int) -> str:
     if ms < 1000:
         return f"{ms} ms"
     return f"{ms / 1000:.1f} s"
 
 
-def _tokens(tokens: dict[str, int] | None) -> str:
-    if not tokens:
-        return ""
-    full = {k: int(tokens.get(k, 0)) for k in ("cache_read", "cache_write", "output", "total")}
-    return f"tokens: {token_words(full)}"
+def _tokens(tokens: dict[str, int]) -> str:
+    return f"tokens: {token_words(tokens)}"
 
 
 def _entry_line(e: dict[str, Any]) -> tuple[str, str]:
@@ -701,9 +694,8 @@ def _entry_line(e: dict[str, Any]) -> tuple[str, str]:
         return line, "blue"
     if kind == "abort":
         return f"abort: {preview(e.get('reason') or '', _PREVIEW)}", "red"
-    if kind == "subagent":
-        return f"subagent {preview(e['session_id'], 60)}", "dim"
-    return kind, ""
+    # The last kind ``_Timeline`` makes.
+    return f"subagent {preview(e['session_id'], 60)}", "dim"
 
 
 class _View:

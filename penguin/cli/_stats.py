@@ -196,20 +196,21 @@ def render_all(console: Console, rows: list[dict[str, Any]], total: dict[str, An
             _t(str(row["tokens"]["total"])),
         )
     console.print(table)
-    if total:
-        console.print()
-        console.print(_t(f"All sessions: {len(rows)}", "bold"))
-        comp = total.get("compactions", {"completed": 0, "failed": 0, "aborted": 0})
-        console.print(
-            _t(
-                f"  requests {total.get('requests_total', 0)}, retries "
-                f"{total.get('retries', 0)}, compactions completed {comp['completed']} / "
-                f"failed {comp['failed']} / aborted {comp['aborted']}, errors "
-                f"{total.get('errors_total', 0)}"
-            )
+    # ``total`` is ``finish_totals``'s: never empty; without a readable session it holds only
+    # the (empty) request rows, hence the defaults.
+    console.print()
+    console.print(_t(f"All sessions: {len(rows)}", "bold"))
+    comp = total.get("compactions", {"completed": 0, "failed": 0, "aborted": 0})
+    console.print(
+        _t(
+            f"  requests {total.get('requests_total', 0)}, retries "
+            f"{total.get('retries', 0)}, compactions completed {comp['completed']} / "
+            f"failed {comp['failed']} / aborted {comp['aborted']}, errors "
+            f"{total.get('errors_total', 0)}"
         )
-        if "tokens" in total:
-            console.print()
-            console.print(_requests_table(total))
-            console.print()
-            console.print(_tokens_table(total))
+    )
+    if "tokens" in total:
+        console.print()
+        console.print(_requests_table(total))
+        console.print()
+        console.print(_tokens_table(total))
