@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import stat
 import warnings
 from collections.abc import Generator, Iterator
@@ -152,7 +151,7 @@ class DataRoot:
             now = datetime.now()
         elif now.tzinfo is not None:
             now = now.astimezone().replace(tzinfo=None)
-        return f"session-{now:%Y-%m-%d-%H-%M-%S}-{secrets.token_hex(4)}"
+        return f"session-{now:%Y-%m-%d-%H-%M-%S}-{os.urandom(4).hex()}"
 
     def trace_path(
         self,
@@ -281,7 +280,7 @@ class DataRoot:
         parent = self.ensure_dir(target.parent)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
         while True:
-            temp = parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
+            temp = parent / f".{target.name}.{os.urandom(4).hex()}.tmp"
             try:
                 fd = os.open(temp, flags, 0o600)
             except FileExistsError:

@@ -2,19 +2,22 @@
 
 Owns: the app, the global options (``--home``, ``--project``, ``--agent``, ``--init``, accepted
 before or after the command), the registry of commands (each lives in its own module and is
-registered here in one line) and the console entry point.  Exit codes: 0 ok, 1 the checked
-thing is bad, 2 usage or input error.  Does not: implement any command.  Commands that only
-read (``sessions``, ``inspect``, ``show``, ``validate``, ``stats``, ``resume`` without ``-m``)
-never take a lock or modify a trace.
+registered here in one line, loaded only when it runs or help lists it) and the console entry
+point.  Exit codes: 0 ok, 1 the checked thing is bad, 2 usage or input error.  Does not:
+implement any command.  Commands that only read (``sessions``, ``inspect``, ``show``,
+``validate``, ``stats``, ``resume`` without ``-m``) never take a lock or modify a trace.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator, MutableMapping
+from importlib import import_module
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import typer
+import typer.main
 from typer.core import TyperGroup
 
 from ._clikit import Globals, errors_to_exit_codes, hoist_globals, quiet_stdout
@@ -22,9 +25,82 @@ from ._logs import route_library_logs
 
 __all__ = ["app", "main"]
 
+# One line per command: its name -> "module:function" (or a typer sub-app).  A command's module
+# is imported when the command runs or help lists it, so `penguin sessions` neither imports nor
+# builds the other commands (issue 18: start-up).  In help order.
+COMMANDS: Final[dict[str, str]] = {
+    "chat": "._chat_cmd:chat",
+    "run": "._run:run",
+    "resume": "._resume:resume",
+    "sessions": "._sessions:sessions",
+    "show": "._show:show",
+    "inspect": "._inspect_cmd:inspect",
+    "validate": "._validate_cmd:validate",
+    "replay": "._replay_cmd:replay",
+    "stats": "._stats_cmd:stats",
+    "demo": "._demo:demo",
+    "query": "._query:query",
+    "export-parquet": "._query:export_parquet",
+    "serve": "._serve:serve",
+    "diff": "._tracetools:diff",
+    "repair": "._tracetools:repair",
+    "export": "._tracetools:export",
+    "import": "._tracetools:import_",
+    "config": "._config_cmd:config_app",
+}
+
+
+def _build(name: str) -> Any:
+    """The click command of ``COMMANDS[name]``, built by typer as ``app.command()`` would."""
+    module, attr = COMMANDS[name].split(":")
+    target = getattr(import_module(module, __package__), attr)
+    if not isinstance(target, typer.Typer):
+        one = typer.Typer(add_completion=False, rich_markup_mode=None)
+        one.command(name)(target)
+        target = one
+    command = typer.main.get_command(target)
+    command.name = name
+    return command
+
+
+class _LazyCommands(MutableMapping[str, Any]):
+    """The group's commands: every registered name, each built on first look-up (click's "lazily
+    loading subcommands"); help and "did you mean" see all names without loading any."""
+
+    def __init__(self, built: MutableMapping[str, Any]) -> None:
+        self._built = dict(built)
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._built:
+            if name not in COMMANDS:
+                raise KeyError(name)
+            self._built[name] = _build(name)
+        return self._built[name]
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self._built[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self._built[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from COMMANDS
+        yield from (n for n in self._built if n not in COMMANDS)
+
+    def __len__(self) -> int:
+        return len(COMMANDS.keys() | self._built.keys())
+
+    def __contains__(self, name: object) -> bool:
+        return name in COMMANDS or name in self._built
+
 
 class _GlobalsAnywhere(TyperGroup):
-    """Accepts the global options after the command too: ``penguin run --home DIR …``."""
+    """Loads a command on first use, and accepts the global options after the command too:
+    ``penguin run --home DIR …``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = _LazyCommands(self.commands)
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         def own(name: str) -> list[str]:
@@ -97,13 +173,14 @@ def _main(
     """Global options go before or after the command: penguin inspect SESSION --home DIR.
     Without a command, on a terminal: the chat (`penguin chat`)."""
     route_library_logs()  # what the libraries log reaches stderr
-    with errors_to_exit_codes():
-        from eventstore import validate_id  # here: `--help` needs no trace store
+    if project is not None or agent is not None:
+        from eventstore import validate_id  # only here: help needs no trace store
 
-        if project is not None:
-            validate_id(project, what="project")
-        if agent is not None:
-            validate_id(agent, what="agent")
+        with errors_to_exit_codes():
+            if project is not None:
+                validate_id(project, what="project")
+            if agent is not None:
+                validate_id(agent, what="agent")
     ctx.obj = Globals(home=home, project=project, agent=agent, init=init)
     if ctx.invoked_subcommand is None:
         if not sys.stdin.isatty():
@@ -116,38 +193,6 @@ def _main(
             open_chat(ctx.obj, None, LlmOptions())
 
 
-def _register() -> None:
-    """One line per command; each module owns its command."""
-    from . import (
-        _chat_cmd,
-        _config_cmd,
-        _demo,
-        _inspect_cmd,
-        _replay_cmd,
-        _resume,
-        _run,
-        _sessions,
-        _show,
-        _stats_cmd,
-        _validate_cmd,
-    )
-
-    app.command()(_chat_cmd.chat)
-    app.command()(_run.run)
-    app.command()(_resume.resume)
-    app.command()(_sessions.sessions)
-    app.command()(_show.show)
-    app.command()(_inspect_cmd.inspect)
-    app.command()(_validate_cmd.validate)
-    app.command()(_replay_cmd.replay)
-    app.command()(_stats_cmd.stats)
-    app.command()(_demo.demo)
-    app.add_typer(_config_cmd.config_app, name="config")
-
-
-_register()
-
-
 def main(argv: Any = None) -> None:
     """Console-script entry point: a closed stdout (``| head``) ends quietly, exit 0."""
     try:
@@ -155,8 +200,3 @@ def main(argv: Any = None) -> None:
     except BrokenPipeError:
         quiet_stdout()
         raise SystemExit(0) from None
-
-
-from . import _query as _query  # noqa: E402  (registers `query` and `export-parquet` on app)
-from . import _serve as _serve  # noqa: E402  (registers `penguin serve` on `app`)
-from . import _tracetools as _tracetools  # noqa: E402  (registers diff, repair, export, import)

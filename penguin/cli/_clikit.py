@@ -23,6 +23,7 @@ from eventstore import SessionLocked, TraceError, parse_trace_name
 from ._safe import safe, safe_json
 
 if TYPE_CHECKING:
+    import typer
     from rich.console import Console
 
     from eventstore import DataRoot
@@ -36,6 +37,7 @@ __all__ = [
     "err_console",
     "errors_to_exit_codes",
     "find_trace_files",
+    "globals_of",
     "hoist_globals",
     "quiet_stdout",
     "match_session_id",
@@ -104,6 +106,12 @@ class Globals:
         elif not os.access(home, os.W_OK | os.X_OK):
             raise CliError(f"data root {shown} is not writable")
         return root
+
+
+def globals_of(ctx: typer.Context) -> Globals:
+    """The global options the app's callback put on the context (the defaults without one)."""
+    found = ctx.find_object(Globals)
+    return found if found is not None else Globals()
 
 
 def _confirm_create(shown: str) -> bool:

@@ -16,12 +16,12 @@ from ._clikit import (
     CliError,
     err_console,
     errors_to_exit_codes,
+    globals_of,
     out_console,
     resolve_target,
     write_json,
 )
 from ._options import JsonOpt
-from ._run import globals_of
 from ._safe import safe, safe_json_bytes
 
 if TYPE_CHECKING:

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
-from ._cli import app
 from ._clikit import (
     CliError,
     Globals,
@@ -134,7 +133,6 @@ def _print(result: Result, fmt: OutputFormat) -> None:
     console.print(Text(f"{len(result.rows)} row(s)", style="dim"))
 
 
-@app.command()
 def query(
     ctx: typer.Context,
     sql: Annotated[
@@ -179,7 +177,6 @@ def query(
             _print(result, fmt)
 
 
-@app.command("export-parquet")
 def export_parquet(
     ctx: typer.Context,
     directory: Annotated[

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 
-from ._clikit import Globals, errors_to_exit_codes
+from ._clikit import Globals, errors_to_exit_codes, globals_of
 from ._config import load_config
 from ._goal import BudgetOpt, GoalOpt, goal_options
 from ._options import (
@@ -41,11 +41,6 @@ DEFAULT_SYSTEM_PROMPT: Final = (
     "You are a careful assistant. You work in the user's workspace with the tools provided; "
     "explain briefly what you do."
 )
-
-
-def globals_of(ctx: typer.Context) -> Globals:
-    found = ctx.find_object(Globals)
-    return found if found is not None else Globals()
 
 
 def run(

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ._cli import app
 from ._clikit import CliError, errors_to_exit_codes, workspace_dir
 from ._config import load_config
 from ._options import ApproveChoice, BaseUrlOpt, FsyncChoice, KeyEnvOpt, LlmOpt, ModelOpt, ScriptOpt
@@ -26,7 +25,6 @@ if TYPE_CHECKING:
 __all__ = ["serve"]
 
 
-@app.command()
 def serve(
     ctx: typer.Context,
     host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",

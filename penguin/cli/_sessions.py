@@ -7,6 +7,7 @@ traces itself (``_listing``).
 
 from __future__ import annotations
 
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -14,9 +15,15 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
-from ._clikit import CliError, err_console, errors_to_exit_codes, out_console, write_json
+from ._clikit import (
+    CliError,
+    err_console,
+    errors_to_exit_codes,
+    globals_of,
+    out_console,
+    write_json,
+)
 from ._options import JsonOpt
-from ._run import globals_of
 from ._safe import preview, safe
 
 if TYPE_CHECKING:
@@ -154,8 +161,6 @@ def sessions(
     the first prompt.  What the reader skipped is printed on stderr.  Takes no lock and changes
     no trace; summaries of unchanged sessions are kept in <home>/.cache for the next listing.
     """
-    from rich.text import Text
-
     from ._diagnose import report
     from ._listing import list_sessions
 
@@ -169,18 +174,18 @@ def sessions(
             here = str(Path.cwd().resolve())
             rows = [r for r in rows if r.workspace is not None and _same(r.workspace, here)]
         nested = _nest(rows, limit)
-        err = err_console()
         for _depth, row in nested:
-            report(err, row.diagnostics)
+            if row.diagnostics:
+                report(err_console(), row.diagnostics)
         if as_json:
             write_json([_json_row(r) for _d, r in nested])
             return
-        out = out_console()
         if not nested:
+            # Plain: the first thing a new user runs needs no terminal toolkit (start-up).
             where = " for this directory" if cwd else ""
-            out.print(Text(f"no sessions{where} under {safe(str(root.home))}"), soft_wrap=True)
+            sys.stdout.write(f"no sessions{where} under {safe(str(root.home))}\n")
             return
-        _render(out, nested)
+        _render(out_console(), nested)
 
 
 def _same(workspace: str, here: str) -> bool:

@@ -9,9 +9,8 @@ from typing import Annotated
 
 import typer
 
-from ._clikit import errors_to_exit_codes, resolve_target, write_json
+from ._clikit import errors_to_exit_codes, globals_of, resolve_target, write_json
 from ._options import JsonOpt
-from ._run import globals_of
 
 __all__ = ["show"]
 

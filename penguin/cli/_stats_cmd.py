@@ -12,13 +12,13 @@ import typer
 from ._clikit import (
     CliError,
     errors_to_exit_codes,
+    globals_of,
     latest_session_id,
     out_console,
     resolve_target,
     write_json,
 )
 from ._options import JsonOpt
-from ._run import globals_of
 from ._validate_cmd import PROGRESS_FILES, progress
 
 if TYPE_CHECKING:

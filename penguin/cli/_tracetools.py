@@ -1,8 +1,8 @@
 """The trace-tool commands (SPEC §21): ``diff``, ``repair``, ``export``, ``import``.
 
 Owns: their arguments, output shapes and exit codes.  Does not: implement them (``replay``
-does: ``diff_traces``, ``repair_trace``, ``export_trace``, ``import_trace``).  Registered on
-the ``penguin`` app by importing this module from ``_cli``.
+does: ``diff_traces``, ``repair_trace``, ``export_trace``, ``import_trace``).  Registered in
+``_cli.COMMANDS``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 
-from ._cli import app
 from ._clikit import CliError, errors_to_exit_codes, resolve_target, write_json
 from ._clikit import console as _console
 from ._options import JsonOpt
@@ -48,7 +47,6 @@ def _difference(d: Difference) -> Text:
     return Text(safe(str(d)))
 
 
-@app.command()
 def diff(ctx: typer.Context, a: Target, b: Target, as_json: JsonOpt = False) -> None:
     """Compare two sessions by structure, not by line.
 
@@ -81,7 +79,6 @@ def diff(ctx: typer.Context, a: Target, b: Target, as_json: JsonOpt = False) -> 
         raise typer.Exit(0 if result.equal else 1)
 
 
-@app.command()
 def repair(
     ctx: typer.Context,
     source: Target,
@@ -153,7 +150,6 @@ class ExportChoice(StrEnum):
     jsonl = "jsonl"
 
 
-@app.command()
 def export(
     ctx: typer.Context,
     source: Target,
@@ -212,7 +208,6 @@ def export(
         sys.stdout.flush()
 
 
-@app.command("import")
 def import_(
     ctx: typer.Context,
     file: Annotated[

@@ -19,6 +19,7 @@ from ._clikit import (
     err_console,
     errors_to_exit_codes,
     find_trace_files,
+    globals_of,
     group_sessions,
     out_console,
     resolve_target,
@@ -26,7 +27,6 @@ from ._clikit import (
     total_bytes,
     write_json,
 )
-from ._run import globals_of
 from ._safe import safe
 
 if TYPE_CHECKING:
