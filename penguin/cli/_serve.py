@@ -24,6 +24,17 @@ if TYPE_CHECKING:
 
 __all__ = ["serve"]
 
+_FsyncOpt = Annotated[
+    FsyncChoice,
+    typer.Option(
+        "--fsync",
+        help="When session traces are made durable (R-TRACE-16): turn (at every turn's end), "
+        "always (every record), rotate or never (faster; a crash of the machine may lose the "
+        "last records).",
+        case_sensitive=False,
+    ),
+]
+
 
 def serve(
     ctx: typer.Context,
@@ -61,16 +72,7 @@ def serve(
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     api_key_env: KeyEnvOpt = None,
-    fsync: Annotated[
-        FsyncChoice,
-        typer.Option(
-            "--fsync",
-            help="When session traces are made durable (R-TRACE-16): turn (at every turn's "
-            "end), always (every record), rotate or never (faster; a crash of the machine may "
-            "lose the last records).",
-            case_sensitive=False,
-        ),
-    ] = FsyncChoice.turn,
+    fsync: _FsyncOpt = FsyncChoice.turn,
 ) -> None:
     """Serve sessions over HTTP with a lossless event stream (Ctrl-C or SIGTERM to stop).
 
