@@ -6,7 +6,7 @@ not: implement any of them (adapters live beside: ``engine.llm``, ``engine._loca
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol, TypeAlias, runtime_checkable
@@ -26,6 +26,7 @@ __all__ = [
     "LLMRequest",
     "NamesModel",
     "NamesProvider",
+    "SeedsToolCallIds",
     "allow_all",
     "deny_all",
     "llm_identity",
@@ -75,7 +76,7 @@ class LLM(Protocol):
     Never raises into the engine (R-MSG-24); an implementation that raises anyway is treated as
     ``failed`` with the exception text (R-RUN-3).  Optional capabilities, each its own protocol
     the engine checks with ``isinstance``: ``NamesProvider``, ``NamesModel``,
-    ``DeclaresContextWindow`` (SPEC §2.2).
+    ``DeclaresContextWindow`` (SPEC §2.2), ``SeedsToolCallIds`` (R-RUN-20).
     """
 
     vision: bool
@@ -122,6 +123,16 @@ class DeclaresContextWindow(Protocol):
     """An LLM that declares its context window (``session_meta``, compaction threshold)."""
 
     context_window: int | None
+
+
+@runtime_checkable
+class SeedsToolCallIds(Protocol):
+    """An LLM that allocates ``tool_call_id``s (R-RUN-20) and takes every id the session's
+    trace already records, not only those of the history it is sent: a call approved in an
+    attempt that a crash left open is closed ``aborted`` on resume and is in no later request.
+    ``replay.resume_session`` passes them once, before the session's first request."""
+
+    def seed_tool_call_ids(self, ids: Set[str]) -> None: ...
 
 
 @runtime_checkable

@@ -34,6 +34,7 @@ from eventstore import (
     SessionMetaPayload,
     TokenCounts,
     TokenUsagePayload,
+    ToolCallPayload,
     ToolListReadyPayload,
 )
 
@@ -232,6 +233,9 @@ class FileSummary(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_
     state: StateSummary
     usage: UsageSummary
     goal: GoalSummary
+    # Every tool_call id the file records, in order: not a projection, but what a resumed
+    # session's LLM must not hand out again (R-RUN-20) without reading the file.
+    call_ids: tuple[str, ...] = ()
 
     def merge_into(self, state: SessionState) -> bool:
         """Fold this file into ``state`` (its goal included) through the summary: the same
@@ -247,7 +251,7 @@ class FileSummary(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_
 class FileFold:
     """Fold one file's records, in order, into its ``FileSummary``."""
 
-    __slots__ = ("_goal", "_phase", "_state", "_status_set", "_tokens_set", "_usage")
+    __slots__ = ("_call_ids", "_goal", "_phase", "_state", "_status_set", "_tokens_set", "_usage")
 
     def __init__(self) -> None:
         self._state = SessionState._for_file_summary()
@@ -255,6 +259,7 @@ class FileFold:
         self._tokens_set = False
         self._status_set = False
         self._goal: list[tuple[type[Any], Any]] = []
+        self._call_ids: dict[str, None] = {}
         # 0: nothing yet; 1: the session_meta, then only its rotation head so far; 2: a file
         # whose fold the summary captures; -1: one that does not start that way (not mergeable).
         self._phase = 0
@@ -273,6 +278,8 @@ class FileFold:
             self._tokens_set = True
         elif kind is RequestEndPayload:
             self._status_set = True
+        elif isinstance(record.payload, ToolCallPayload):
+            self._call_ids[record.payload.tool_call_id] = None
         phase = self._phase
         if phase == 0:
             self._phase = 1 if kind is SessionMetaPayload else -1
@@ -293,6 +300,7 @@ class FileFold:
             ),
             usage=usage,
             goal=GoalSummary.of(self._goal),
+            call_ids=tuple(self._call_ids),
         )
 
 

@@ -3,7 +3,8 @@
 Owns: locating the session, taking its lock before reading, the fold of its files (earlier
 files through their summaries in the sidecar, R-TRACE-19, built and stored when missing; the
 latest file record by record, for the context and the counters), the closure of
-a dangling request or compaction (R-RESUME-14a, R-RESUME-14), and handing an ordinary
+a dangling request or compaction (R-RESUME-14a, R-RESUME-14), the tool-call ids the trace
+records handed to an LLM that ``SeedsToolCallIds`` (R-RUN-20), and handing an ordinary
 ``Session`` that appends to the same file.  Does not: rebuild the context itself — the
 projections do, exactly as they do for the live session (R-RESUME-18).
 """
@@ -19,12 +20,13 @@ from typing import Any
 import anyio
 import msgspec
 
-from engine import LLM, Environment, Session, check_workspace
+from engine import LLM, Environment, SeedsToolCallIds, Session, check_workspace
 from eventstore import (
     DataRoot,
     OmniMessage,
     SessionMetaPayload,
     SummaryCache,
+    ToolCallPayload,
     TraceWriter,
     UnknownPayload,
     iter_trace,
@@ -94,6 +96,22 @@ def load_session(
     with ``store_summaries`` stored, best effort, in the sidecar — ``resume_session`` does,
     under the session's lock; read-only inspection changes no file).
     """
+    return _load(
+        root, session_id, project=project, agent=agent, store=store_summaries, call_ids=None
+    )
+
+
+def _load(
+    root: DataRoot,
+    session_id: str,
+    *,
+    project: str | None,
+    agent: str | None,
+    store: bool,
+    call_ids: set[str] | None,
+) -> tuple[list[Path], Path, ModelContext, SessionState, OmniMessage]:
+    """``load_session``; with ``call_ids``, also every tool-call id the files record (R-RUN-20:
+    the earlier files' from their summaries, the latest's from its fold)."""
     files, latest = root.session_files(session_id, project=project, agent=agent)
     used = files[: files.index(latest) + 1]
     state = SessionState()
@@ -101,7 +119,7 @@ def load_session(
     meta: OmniMessage | None = None
     apply_ctx, apply_state = ctx.apply, state.apply
     with _gc_paused():
-        _fold_earlier(state, used[:-1], sidecar=latest, store=store_summaries)
+        _fold_earlier(state, used[:-1], sidecar=latest, store=store, call_ids=call_ids)
         records = iter_trace(latest)
         for record in records:
             meta = _meta_of(record)
@@ -110,15 +128,31 @@ def load_session(
             if meta is not None:
                 break
         # The same records, once the session_meta is found (the hot loop of a resume).
-        for record in records:
-            apply_ctx(record)
-            apply_state(record)
+        if call_ids is None:
+            for record in records:
+                apply_ctx(record)
+                apply_state(record)
+        else:
+            take = call_ids.add
+            for record in records:
+                apply_ctx(record)
+                apply_state(record)
+                payload = record.payload
+                if type(payload) is ToolCallPayload:
+                    take(payload.tool_call_id)
     if meta is None:
         raise ValueError(f"{latest}: no session_meta record; the trace cannot be resumed")
     return used, latest, ctx, state, meta
 
 
-def _fold_earlier(state: SessionState, paths: list[Path], *, sidecar: Path, store: bool) -> None:
+def _fold_earlier(
+    state: SessionState,
+    paths: list[Path],
+    *,
+    sidecar: Path,
+    store: bool,
+    call_ids: set[str] | None,
+) -> None:
     """Fold the closed files before the latest one into ``state`` (R-TRACE-19)."""
     if not paths:
         return
@@ -132,6 +166,8 @@ def _fold_earlier(state: SessionState, paths: list[Path], *, sidecar: Path, stor
             summary = summarize_file(iter_trace(path))
             if fingerprint is not None:
                 cache.put(path, summary, fingerprint=fingerprint)
+        if call_ids is not None:
+            call_ids.update(summary.call_ids)
         if not summary.merge_into(state):
             # A fragment or crash residue: its fold depends on the files before it.
             for record in iter_trace(path, report=False):
@@ -169,12 +205,14 @@ async def resume_session(
     # R-TRACE-18a: the lock is taken before the trace is read, and the torn tail repaired.
     writer = TraceWriter(latest, fsync=fsync, session_id=session_id)
     try:
-        files, latest_now, ctx, state, meta = load_session(
+        call_ids: set[str] = set()
+        files, latest_now, ctx, state, meta = _load(
             data_root,
             session_id,
             project=location.project,
             agent=location.agent,
-            store_summaries=True,
+            store=True,
+            call_ids=call_ids,
         )
         if latest_now != latest:
             raise RuntimeError(f"{latest}: the session's latest file changed while resuming")
@@ -189,6 +227,8 @@ async def resume_session(
     except BaseException:
         writer.close()
         raise
+    if isinstance(llm, SeedsToolCallIds):
+        llm.seed_tool_call_ids(call_ids)  # R-RUN-20: before the resumed session's first request
     session = Session.resume(
         llm=llm,
         environment=environment,

@@ -186,6 +186,8 @@ class _FileSummary:
     second_kind: str | None = None
     second_line: int = 0
     residue: bool = False
+    # The line of each tool_call id's first call (R-RUN-20 across files).
+    call_lines: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -236,6 +238,7 @@ class _State:
 
     # V-7 / V-8 / V-9 pairing
     calls: dict[str, _Call] = field(default_factory=dict)
+    call_lines: dict[str, int] = field(default_factory=dict)
     outputs: dict[str, int] = field(default_factory=dict)
     decisions: dict[str, tuple[str, int]] = field(default_factory=dict)
 
@@ -414,6 +417,15 @@ class _PairingChecks(_RecordChecks):
         completed = payload.stop_reason in (None, "completed")
         in_span = self.req_line is not None
         in_comp = self.comp_line is not None
+        first = self.call_lines.setdefault(payload.tool_call_id, line)
+        if first != line:
+            # R-RUN-20 (V-8 sees it only when both calls got a decision).
+            self.error(
+                line,
+                "V-7",
+                f"second tool_call with id {payload.tool_call_id} (first at line {first}): "
+                "tool_call ids are unique within a session",
+            )
         self.calls[payload.tool_call_id] = _Call(line, completed, in_span)
         if completed and in_span and not in_comp:
             self.window[payload.tool_call_id] = line
@@ -862,6 +874,7 @@ class _Checker(_CompactionChecks):
             second_kind=self.second_kind,
             second_line=self.second_line,
             residue=self.residue,
+            call_lines=self.call_lines,
         )
 
 
@@ -993,6 +1006,7 @@ def validate_session(paths: Sequence[Path], *, strict: bool = False) -> list[Fin
         findings.extend(_head_findings(s, has_toolset=has_toolset))
     findings.extend(_meta_findings(summaries))
     findings.extend(_index_findings(summaries))
+    findings.extend(_call_id_findings(summaries))
     return _sorted(findings, files)
 
 
@@ -1068,6 +1082,29 @@ def _meta_findings(summaries: list[_FileSummary]) -> list[Finding]:
                         "V-17",
                         "error",
                         f"{name} differs from that of {ref.path.name}",
+                    )
+                )
+    return out
+
+
+def _call_id_findings(summaries: list[_FileSummary]) -> list[Finding]:
+    # V-7 [ours]: a tool_call id is used by one call in the whole session (R-RUN-20).
+    out: list[Finding] = []
+    seen: dict[str, tuple[Path, int]] = {}
+    for s in summaries:
+        if s.residue:
+            continue
+        for cid, line in s.call_lines.items():
+            first = seen.setdefault(cid, (s.path, line))
+            if first[0] != s.path:
+                out.append(
+                    Finding(
+                        s.path,
+                        line,
+                        "V-7",
+                        "error",
+                        f"tool_call id {cid} already used in {first[0].name} (line {first[1]}): "
+                        "tool_call ids are unique within a session",
                     )
                 )
     return out

@@ -8,7 +8,7 @@ hands a parser to the SSE driver.  Does not: map contexts to a wire format or pa
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Set
 from typing import Any, Self
 
 import httpx
@@ -81,6 +81,10 @@ class HttpProvider:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    def seed_tool_call_ids(self, ids: Set[str]) -> None:
+        """``SeedsToolCallIds``: the ids a resumed session's trace records are taken."""
+        self._ids.take(ids)
 
     # ------------------------------------------------------------------ subclass hooks
 

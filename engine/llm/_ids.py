@@ -10,9 +10,11 @@ so the provider gets its own id back.  Real provider ids (``call_…``, ``toolu_
 names) never end in ``#<digits>``, so stripping by shape is safe.
 
 The LLM is stateless (the engine passes the whole context each time), so the registry is seeded
-from every request's messages: a resumed session is therefore covered without any other state.
-An adapter also keeps what it allocated itself, which extends uniqueness across compactions and
-over failed attempts whose ids never reached a committed context.
+from every request's messages.  An adapter also keeps what it allocated itself, which extends
+uniqueness across compactions and over failed attempts whose ids never reached a committed
+context.  A fresh adapter on a resumed session knows neither of those: the session hands it the
+ids its trace records (``take``, through ``SeedsToolCallIds``), so a call approved in an attempt
+a crash left open — closed ``aborted`` on resume, in no later request — keeps its id to itself.
 """
 
 from __future__ import annotations
@@ -56,6 +58,10 @@ class ToolCallIds:
             cid = getattr(msg.payload, "tool_call_id", None)
             if isinstance(cid, str):
                 used.add(cid)
+
+    def take(self, ids: Iterable[str]) -> None:
+        """Mark ``ids`` as taken (the ids a resumed session's trace records)."""
+        self._used.update(ids)
 
     def allocate(self, provider_id: str) -> str:
         """``provider_id`` if it is free, else ``provider_id#n`` with the smallest free n >= 2."""

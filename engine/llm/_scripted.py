@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol, TypeAlias, cast, get_args
@@ -29,7 +29,6 @@ from eventstore import (
     TokenCounts,
     ToolCallPayload,
     ToolDefinition,
-    iter_trace,
 )
 from eventstore.builders import (
     token_usage,
@@ -557,8 +556,9 @@ class _UsedIds:
 
     The history alone misses the calls of an attempt its context dropped: a request span a
     crash left open is closed ``aborted`` on resume (R-RESUME-14a), so a call approved (or
-    answered) in it is in the trace but not in any later request.  ``seed`` adds the ids of the
-    bound session's trace, kept across context resets (R-RUN-20: seeded on resume)."""
+    answered) in it is in the trace but not in any later request.  ``seed`` adds the ids a
+    resumed session's trace records, kept across context resets (R-RUN-20: seeded on resume,
+    through ``SeedsToolCallIds``)."""
 
     def __init__(self) -> None:
         self._ids: set[str] = set()
@@ -566,8 +566,8 @@ class _UsedIds:
         self._first: OmniMessage | None = None
         self._scanned = 0
 
-    def seed(self, ids: frozenset[str]) -> None:
-        self._seeded = ids
+    def seed(self, ids: Set[str]) -> None:
+        self._seeded = self._seeded | ids
         self._ids |= ids
 
     def of(self, messages: list[OmniMessage]) -> set[str]:
@@ -595,18 +595,6 @@ def _fresh_id(call_id: str, used: set[str]) -> str:
         n += 1
     used.add(fresh)
     return fresh
-
-
-def _recorded_call_ids(latest: Path) -> frozenset[str]:
-    """Every ``tool_call_id`` recorded in the session whose latest trace file is ``latest``
-    (its files share one directory and the ``<session id>_`` prefix)."""
-    prefix = latest.stem.rsplit("_", 1)[0]
-    ids: set[str] = set()
-    for path in sorted(latest.parent.glob(f"{prefix}_*.jsonl")):
-        for record in iter_trace(path, report=False):
-            if isinstance(record.payload, ToolCallPayload):
-                ids.add(record.payload.tool_call_id)
-    return frozenset(ids)
 
 
 def base_call_id(call_id: str) -> str:
@@ -647,12 +635,13 @@ class ScriptedLLM:
         return self.script.context_window
 
     def bind(self, session: _Steerable | None) -> None:
-        """Give ``{"steer": …}`` items the session whose ``steer`` they call (R-SCRIPT-3), and
-        take the tool-call ids its trace already holds (R-RUN-20), so that a script replayed on
-        a resumed session renames its default ids past every recorded call."""
+        """Give ``{"steer": …}`` items the session whose ``steer`` they call (R-SCRIPT-3)."""
         self._session = session
-        path = getattr(session, "trace_path", None)
-        self._used.seed(_recorded_call_ids(path) if isinstance(path, Path) else frozenset())
+
+    def seed_tool_call_ids(self, ids: Set[str]) -> None:
+        """``SeedsToolCallIds`` (R-RUN-20): a script replayed on a resumed session renames its
+        default ids past every call its trace records, not only those of its history."""
+        self._used.seed(ids)
 
     def stream(self, request: LLMRequest) -> AsyncIterator[OmniMessage | LLMOutcome]:
         # The response is chosen when ``stream`` is called, not when iteration starts, so that

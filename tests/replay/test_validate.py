@@ -12,7 +12,15 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from eventstore import OmniMessage, TokenCounts, ToolDefinition, encode, encode_line
+from eventstore import (
+    OmniMessage,
+    TokenCounts,
+    ToolCallPayload,
+    ToolDefinition,
+    encode,
+    encode_line,
+    iter_trace,
+)
 from eventstore import builders as b
 from replay import _validate
 from replay._validate import Finding, validate_file, validate_paths, validate_session
@@ -604,6 +612,42 @@ def test_v7_call_outside_a_request_span(tmp_path: Path) -> None:
         ]
     )
     assert rules(check(tmp_path, records)) == [("V-7", "error", 6)]
+
+
+def test_v7_a_tool_call_id_used_twice_in_a_file_r_run_20(tmp_path: Path) -> None:
+    """R-RUN-20: ids are unique in a session.  A call approved in an attempt a crash left open
+    (closed aborted by resume), then a new call under the same id: no second decision for the
+    first call, so V-8 alone does not see it."""
+    records = seq(
+        [
+            *head(),
+            b.request_begin(),
+            b.tool_call("exec_command", "{}", "read_file"),
+            b.request_end("aborted", attempt=1),
+            *tool_turn("read_file"),
+        ]
+    )
+    findings = errors(check(tmp_path, records))
+    assert rules(findings) == [("V-7", "error", 8)]
+    assert "read_file" in findings[0].message and "line 5" in findings[0].message
+
+
+def test_v7_a_tool_call_id_used_again_in_a_later_file_r_run_20(tmp_path: Path) -> None:
+    first, second = _compacted_session(tmp_path)
+    assert errors(validate_session([first, second])) == []
+    lines = second.read_bytes().splitlines(keepends=True)
+    reused = seq([b.user_text("more"), *tool_turn(_first_call_id(first))])
+    second.write_bytes(b"".join(lines) + b"".join(encode_line(r) for r in reused))
+    findings = errors(validate_session([first, second]))
+    assert [(f.rule, f.path) for f in findings] == [("V-7", second)]
+    assert first.name in findings[0].message
+
+
+def _first_call_id(path: Path) -> str:
+    for record in iter_trace(path, report=False):
+        if isinstance(record.payload, ToolCallPayload):
+            return record.payload.tool_call_id
+    raise AssertionError(f"{path}: no tool_call")
 
 
 # --------------------------------------------------------------------------- V-8 / V-9
