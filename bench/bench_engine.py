@@ -4,7 +4,10 @@ TraceWriter; whether per-turn cost grows with history; streamed deltas per secon
 Baselines measured in the same run: the raw cost of writing the same number of records with a
 bare TraceWriter (what any engine must pay), so the ratio shows the loop's own overhead; and,
 for the stream, a bare anyio memory-stream pass-through (one producer task, one consumer) of
-the very messages ``run()`` yielded (target: ``run()`` >= 0.5x of it, issue 18).
+the very messages ``run()`` yielded (target: ``run()`` >= 0.5x of it, issue 18); for the
+server-shaped task (``bench_server``'s script: 200 streamed text deltas, 20 tool turns), the CPU
+per record of ``run()`` against a bare msgspec encode + ``os.write`` of the same records, one
+write each (issues 18/19: the engine's share of the server's CPU per event).
 
 The machine this runs on is shared, so no figure compares two moments: load changes between
 them.  The stream sides are measured in CPU time (``time.process_time``), interleaved, best of
@@ -18,6 +21,7 @@ target (<= 1.2) holds for each.
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import tempfile
 import time
@@ -27,15 +31,17 @@ from typing import Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from bench.bench_server import script as server_script
 from engine import Session, allow_all
 from engine.llm import ScriptedEnvironment, ScriptedLLM
-from eventstore import DataRoot, TraceWriter
+from eventstore import DataRoot, TraceWriter, encode_line, iter_trace
 from eventstore import builders as b
 
 TURNS = 1000
 DELTAS = 100_000
 GROWTH_RUNS = 5
 STREAM_ROUNDS = 3
+RECORD_ROUNDS = 25  # server-shaped tasks, each against its own bare-write baseline
 _clock = time.process_time
 
 
@@ -202,6 +208,56 @@ async def _collect_run(home: Path, script: dict[str, Any]) -> tuple[float, list[
     return elapsed, out
 
 
+async def _server_task(home: Path) -> tuple[float, int, Path]:
+    """CPU time of iterating ``run()`` over the server bench's script, the messages it yielded
+    and the trace it wrote (``fsync="never"``: the engine's own work, not the disk's).  Every
+    round's session goes to one data root, as a server's do."""
+    llm = ScriptedLLM(server_script())
+    ws = home / "ws"
+    ws.mkdir(parents=True, exist_ok=True)
+    session = await Session.create(
+        llm=llm,
+        environment=ScriptedEnvironment.from_llm(llm),
+        root=DataRoot(home / "data"),
+        workspace=ws,
+        fsync="never",
+    )
+    count = 0
+    async with session:
+        start = _clock()
+        async for _msg in session.run([b.user_text("go")], approve=allow_all):
+            count += 1
+        elapsed = _clock() - start
+        path = session.trace_path
+    return elapsed, count, path
+
+
+def _bare_writes(records: list[Any], path: Path) -> float:
+    """The floor for writing these records: msgspec encode and one ``os.write`` each."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o600)
+    try:
+        start = _clock()
+        for record in records:
+            os.write(fd, encode_line(record))
+        return _clock() - start
+    finally:
+        os.close(fd)
+
+
+def _per_record(home: Path) -> tuple[float, float, int, int]:
+    """Best CPU time of the server-shaped task and of its bare writes, interleaved, with the
+    numbers of messages yielded and records written."""
+    best_run = best_bare = float("inf")
+    count = records = 0
+    for i in range(RECORD_ROUNDS):
+        elapsed, count, path = anyio.run(_server_task, home)
+        written = list(iter_trace(path))
+        records = len(written)
+        best_run = min(best_run, elapsed)
+        best_bare = min(best_bare, _bare_writes(written, home / f"bare{i}.jsonl"))
+    return best_run, best_bare, count, records
+
+
 def _growth(home: Path) -> float:
     """Median per-turn cost of turns 901-1000 over that of turns 1-100, measured in lock step."""
     early, late = anyio.run(_lockstep, home, TURNS - 100, 100)
@@ -242,6 +298,14 @@ def main() -> None:
             f"stream ({DELTAS:,} text deltas): bare memory-stream pass-through "
             f"{count / best_bare:,.0f} messages/s 1.00x; run() {count / best_run:,.0f} "
             f"messages/s {ratio:.2f}x  (target >= 0.50x: {'met' if ratio >= 0.5 else 'MISSED'})"
+        )
+
+        run_s, bare_s, count, records = _per_record(home / "per_record")
+        print(
+            f"server-shaped task (200 deltas, 20 tool turns: {count} messages, {records} records), "
+            f"CPU per record, best of {RECORD_ROUNDS}: run() {run_s / records * 1e6:.1f} us "
+            f"({run_s / count * 1e6:.1f} us per yielded message); bare msgspec encode + os.write "
+            f"of the same records {bare_s / records * 1e6:.2f} us ({run_s / bare_s:.0f}x)"
         )
 
 

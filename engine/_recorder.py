@@ -100,9 +100,10 @@ class Recorder:
             self._head_only = False
             # A head is folded with the first record after it: alone it is residue that resume
             # ignores (R-ROOT-10), and the live projections must read as resume's would.
-            head, self._head_records = self._head_records, []
-            for record in head:
-                self._fold(record)
+            if self._head_records:
+                head, self._head_records = self._head_records, []
+                for record in head:
+                    self._fold(record)
         except RecordTooLarge as exc:
             raise WriteFailed(exc, fatal=False) from None
         except TraceError as exc:

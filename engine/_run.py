@@ -1,8 +1,9 @@
 """What one run of a session carries between its parts.
 
-Owns: ``Run`` (the stream a run yields to, its signal and approval policy), ``Attempt`` (what one
-request span produced), ``WriteFailed`` (a record that could not be written: the fail-stop path,
-R-TRACE-15) and finding it inside an exception group.  Does not: drive anything.
+Owns: ``Run`` (the stream a run yields to, its signal and approval policy), ``next_message``
+(taking the next message off that stream), ``Attempt`` (what one request span produced),
+``WriteFailed`` (a record that could not be written: the fail-stop path, R-TRACE-15) and finding
+it inside an exception group.  Does not: drive anything.
 """
 
 from __future__ import annotations
@@ -11,14 +12,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import anyio
-from anyio.streams.memory import MemoryObjectSendStream
+from anyio.lowlevel import checkpoint_if_cancelled
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from eventstore import OmniMessage, TraceError
 
 from ._protocols import ApproveFn, LLMOutcome
 from ._signal import AbortSignal
 
-__all__ = ["Attempt", "Run", "WriteFailed", "first_write_failure"]
+__all__ = ["Attempt", "Run", "WriteFailed", "first_write_failure", "next_message"]
 
 
 class WriteFailed(Exception):
@@ -75,3 +77,23 @@ class Attempt:
     called_tools: bool  # the ledger holds at least one completed call
     outputs: list[OmniMessage]  # the complete assistant messages recorded, in order
     retry_in_ms: int | None = None  # the wait stamped on request_end (None: no in-run retry)
+
+
+async def next_message(recv: MemoryObjectReceiveStream[OmniMessage]) -> OmniMessage | None:
+    """The run's next message for ``run()`` to yield, ``None`` once the driver is done.
+
+    What the driver pushed in one synchronous step is taken without a scheduler pass per message
+    (``receive`` is a full checkpoint, a third of a streamed delta's cost); a cancellation of
+    the caller's scope is still delivered before each message, and ``receive`` waits (a full
+    checkpoint) when nothing is buffered."""
+    try:
+        msg = recv.receive_nowait()
+    except anyio.WouldBlock:
+        try:
+            return await recv.receive()
+        except anyio.EndOfStream:
+            return None
+    except anyio.EndOfStream:
+        return None
+    await checkpoint_if_cancelled()
+    return msg

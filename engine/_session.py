@@ -49,7 +49,7 @@ from ._goal import GoalOptions, GoalRun
 from ._images import fold_images
 from ._protocols import LLM, ApproveFn, BindsScratchpad, Environment, llm_identity
 from ._recorder import Recorder, RecordListener
-from ._run import Run, WriteFailed, first_write_failure
+from ._run import Run, WriteFailed, first_write_failure, next_message
 from ._signal import AbortSignal
 from ._steering import Steering
 from ._title import TitleCapture, generate_title
@@ -322,7 +322,7 @@ class Session:
         finished = False
         try:
             async with recv:
-                async for msg in recv:
+                while (msg := await next_message(recv)) is not None:
                     yield msg
             finished = True
             if run.error is not None:

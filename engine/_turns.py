@@ -12,13 +12,13 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from contextlib import aclosing
 from typing import Any, Final, cast
 
 import anyio
 import anyio.abc
 
 from eventstore import (
+    PARTIAL_PAYLOAD_TYPES,
     OmniMessage,
     TextPayload,
     TokenUsagePayload,
@@ -31,7 +31,7 @@ from eventstore.builders import is_partial, stop_reason_of
 from eventstore.partials import PartialAggregator, SegmentWriter
 from projections import markers as mk
 
-from ._agen import as_agen
+from ._agen import shielded_closing
 from ._config import RETRYABLE_STATUSES, RetryPolicy, attempt_stamp, exhaustion_reason
 from ._protocols import LLM, Approval, ApproveFn, Environment, LLMOutcome, LLMRequest
 from ._recorder import Recorder
@@ -241,13 +241,14 @@ class TurnRunner:
         called = False
         segments = PartialAggregator()
         try:
-            async with aclosing(as_agen(self._llm.stream(request))) as stream:
+            async with shielded_closing(self._llm.stream(request)) as stream:
+                timed = bool(self._retry.request_timeout_ms)
                 while True:
-                    item = await self._next(stream)
+                    item = await (self._next(stream) if timed else anext(stream, None))
                     if item is None or isinstance(item, LLMOutcome):
                         outcome = item
                         break
-                    if item.origin is not None or is_partial(item):
+                    if item.origin is not None or isinstance(item.payload, PARTIAL_PAYLOAD_TYPES):
                         if item.origin is None:
                             segments.feed(item)
                         push(item)
@@ -324,8 +325,8 @@ class TurnRunner:
         cid = p.tool_call_id
         answered = False
         try:
-            stream = as_agen(self._env.execute(call, signal=run.signal, approve=run.approve))
-            async with aclosing(stream) as it:
+            stream = self._env.execute(call, signal=run.signal, approve=run.approve)
+            async with shielded_closing(stream) as it:
                 async for msg in it:
                     if msg.origin is not None:
                         if msg.type == "session_meta" and len(msg.origin) == 1:

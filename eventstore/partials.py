@@ -169,12 +169,16 @@ class SegmentWriter:
     ) -> OmniMessage:
         """One increment; ``name`` updates a tool call's name (R-STREAM-3), ``images`` ride on a
         tool output's delta (the last non-empty list wins, R-AGG-4)."""
+        self._take(piece, name, images)
+        return self._fragment("delta", piece, name=name, images=images)
+
+    def _take(self, piece: str, name: str, images: Iterable[str] | None) -> None:
+        """What ``delta`` keeps of an increment, without building its fragment."""
         self._parts.append(piece)
         if name:
             self.name = name
         if images:
             self.images = list(images)
-        return self._fragment("delta", piece, name=name, images=images)
 
     def stop(
         self, stop_reason: StopReason, *, fidelity: dict[str, Any] | None = None
@@ -253,6 +257,21 @@ class SegmentWriter:
 
 # --------------------------------------------------------------------------- reading
 
+_Read: TypeAlias = tuple[SegmentKind, str, str, str, "list[str] | None"]
+# ``fragment``'s fields (kind, tool_call_id, content, name, images) per exact partial type.
+_READ_FRAGMENT: Final[dict[type[Any], Callable[[Any], _Read]]] = {
+    PartialTextPayload: lambda p: ("text", "", p.text, "", None),
+    PartialThinkingPayload: lambda p: ("thinking", "", p.thinking, "", None),
+    PartialToolCallPayload: lambda p: ("tool_call", p.tool_call_id, p.arguments, p.name, None),
+    PartialToolCallOutputPayload: lambda p: (
+        "tool_call_output",
+        p.tool_call_id,
+        p.output,
+        "",
+        p.images,
+    ),
+}
+
 
 class _Open:
     """A segment being read back: the writer holding its content, plus its sticky fields."""
@@ -264,10 +283,18 @@ class _Open:
         self.stop_reason: StopReason = "completed"
         self.timestamp = ""
 
-    def add(self, msg: OmniMessage, frag: Fragment) -> None:
-        self.segment.delta(frag.content, name=frag.name, images=frag.images)
+    def add(
+        self,
+        msg: OmniMessage,
+        content: str,
+        name: str,
+        images: list[str] | None,
+        stop_reason: StopReason | None,
+    ) -> None:
+        # The segment keeps the increment; the fragment ``delta`` would build is not needed.
+        self.segment._take(content, name, images)
         # R-AGG-4 / R-MSG-14: the last stop_reason seen; an absent one reads as completed.
-        self.stop_reason = frag.stop_reason or "completed"
+        self.stop_reason = stop_reason or "completed"
         self.timestamp = msg.timestamp
         self.segment.origin = msg.origin
 
@@ -302,20 +329,35 @@ class PartialAggregator:
         return len(self._open)
 
     def feed(self, msg: OmniMessage) -> list[OmniMessage]:
-        frag = fragment(msg)
-        if frag is None:
-            return [msg]
-        key = (frag.kind, frag.tool_call_id)
+        p: Any = msg.payload
+        read = _READ_FRAGMENT.get(type(p))
+        if read is not None:
+            # The engine feeds every streamed fragment: read it without building a ``Fragment``.
+            kind, call_id, content, name, images = read(p)
+            event, stop_reason = p.event_type, p.stop_reason
+        else:
+            frag = fragment(msg)
+            if frag is None:
+                return [msg]
+            kind, call_id, content, name, images = (
+                frag.kind,
+                frag.tool_call_id,
+                frag.content,
+                frag.name,
+                frag.images,
+            )
+            event, stop_reason = frag.event, frag.stop_reason
+        key = (kind, call_id)
         out: list[OmniMessage] = []
         seg = self._open.get(key)
-        if frag.event == "start" and seg is not None:
+        if event == "start" and seg is not None:
             del self._open[key]
             out.append(seg.complete())
             seg = None
         if seg is None:
-            seg = self._open[key] = _Open(frag.kind, frag.tool_call_id)
-        seg.add(msg, frag)
-        if frag.event == "stop":
+            seg = self._open[key] = _Open(kind, call_id)
+        seg.add(msg, content, name, images, stop_reason)
+        if event == "stop":
             del self._open[key]
             out.append(seg.complete())
         return out

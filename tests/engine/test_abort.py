@@ -223,9 +223,16 @@ async def test_abort_during_backoff(env: Env, tmp_path: Path) -> None:
     """R-RETRY-13: the wait ends at once; carry-over is the input plus the [turn_retried]."""
     script = [[{"text": "partial"}, {"fail": {"status": "timeout", "message": "idle"}}]]
 
-    def trigger(msg: OmniMessage, signal: AbortSignal, _: Any) -> bool:
+    async def abort_in_backoff(signal: AbortSignal) -> bool:
+        # The engine is inside its 60 s wait once every other task is blocked (it may still be
+        # finishing the request span when the consumer sees the request_end).
+        await anyio.wait_all_tasks_blocked()
+        signal.abort()
+        return False
+
+    def trigger(msg: OmniMessage, signal: AbortSignal, _: Any) -> Awaitable[bool] | bool:
         if isinstance(msg.payload, RequestEndPayload) and msg.payload.retry_in_ms:
-            signal.abort()
+            return abort_in_backoff(signal)
         return False
 
     stream, carry, _ = await run_scenario(
