@@ -10,6 +10,8 @@ implement any command.  Commands that only read (``sessions``, ``inspect``, ``sh
 
 from __future__ import annotations
 
+import atexit
+import gc
 import sys
 from collections.abc import Iterator, MutableMapping
 from importlib import import_module
@@ -195,6 +197,9 @@ def _main(
 
 def main(argv: Any = None) -> None:
     """Console-script entry point: a closed stdout (``| head``) ends quietly, exit 0."""
+    # At exit the interpreter's last collection walks every object the imports made (10-25 ms
+    # of a 0.1 s command, issue 18); frozen objects are skipped, and the process is ending.
+    atexit.register(gc.freeze)
     try:
         app(args=argv)
     except BrokenPipeError:

@@ -122,6 +122,13 @@ def test_every_registered_command_loads_and_shows_its_help(name: str) -> None:
     assert f"Usage: penguin {name} " in result.output
 
 
+def test_the_cycle_collector_is_on_again_once_the_cli_has_loaded() -> None:
+    """It is off only while the CLI's modules load (start-up): a long `penguin run` collects."""
+    probe = "import gc, penguin.cli; print(gc.isenabled(), gc.get_freeze_count() == 0)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "True"]
+
+
 def test_help_does_not_build_typers_pydantic_adapters() -> None:
     """typer converts a command's parameters through pydantic, but only for a command that runs."""
     modules = imported("--help")
