@@ -417,10 +417,9 @@ class _Builder:
     """Accumulates OpenAI messages: consecutive user content becomes one user message,
     consecutive assistant output one assistant message, tool outputs one ``tool`` message each."""
 
-    def __init__(self, *, vision: bool, send_reasoning: bool) -> None:
+    def __init__(self, *, vision: bool) -> None:
         self.messages: list[dict[str, Any]] = []
         self._vision = vision
-        self._send_reasoning = send_reasoning
         self._user: list[dict[str, Any]] = []
         self._texts: list[str] = []
         self._calls: list[dict[str, Any]] = []
@@ -511,7 +510,7 @@ def openai_messages(
     send_reasoning: bool = False,
 ) -> list[dict[str, Any]]:
     """The ``messages`` array of a Chat Completions request for a model context."""
-    out = _Builder(vision=vision, send_reasoning=send_reasoning)
+    out = _Builder(vision=vision)
     if system_prompt:
         out.messages.append({"role": "system", "content": system_prompt})
     for msg in messages:

@@ -378,7 +378,6 @@ class Target:
 
     files: list[Path]
     session_id: str | None = None
-    in_root: bool = False
     project: str | None = None
     agent: str | None = None
     label: str = ""
@@ -444,7 +443,6 @@ def resolve_target(arg: str, g: Globals) -> Target:
         return Target(
             files=files,
             session_id=arg,
-            in_root=True,
             project=location.project,
             agent=location.agent,
             label=arg,

@@ -27,7 +27,7 @@ was its own, so that other call is free again for the next child.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final, TypeAlias
 
 from rich.console import Console
@@ -100,7 +100,6 @@ class _ToolStream:
     lines: int = 0
     streamed: bool = False
     cut: bool = False
-    images: list[str] = field(default_factory=list)
 
 
 @dataclass
