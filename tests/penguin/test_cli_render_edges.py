@@ -1,11 +1,13 @@
-"""User-facing branches of the transcript (``penguin show``) and the live renderer that the
-end-to-end CLI tests do not reach (issue 14 item 5: the CLI coverage audit): every transcript
-entry kind, and the live renderer's limits on tool output (long output, many lines, images, a
-stream cut off before its stop fragment)."""
+"""User-facing CLI branches that the other CLI tests did not reach (issue 14 item 5: the CLI
+coverage audit): every transcript entry kind of ``penguin show``; the live renderer's limits on
+tool output (long output, many lines, images, a stream cut off before its stop fragment);
+``stats --all`` of an empty root; ``penguin`` without a command off a terminal; the config
+file's shape errors and the escaping of the values ``config set`` writes."""
 
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 from clikit import SID, invoke, meta, trace_file, turn, write_records
@@ -99,3 +101,33 @@ def test_penguin_without_a_command_off_a_terminal_prints_its_help() -> None:
     result = invoke()
     assert result.exit_code == 0, result.output
     assert "Usage:" in result.stdout and "inspect" in result.stdout
+
+
+def test_config_file_shape_errors_name_the_file_and_what_is_wrong(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    config = home / "config.toml"
+    cases = {
+        '[other]\nmodel = "m"\n': "expected only a [defaults] table of settings",
+        '[defaults]\ncolour = "red"\n': "unknown setting 'colour' (settings: ",
+        '[defaults]\nmodel = " "\n': "model must be a non-empty string",
+    }
+    for text, why in cases.items():
+        config.write_text(text)
+        result = invoke("--home", home, "config", "show")
+        assert result.exit_code == 2 and f"config.toml: {why}" in result.stderr, text
+    config.unlink()
+    config.mkdir()
+    result = invoke("--home", home, "config", "show")
+    assert (
+        result.exit_code == 2 and "config.toml: is a directory, not a config file" in result.stderr
+    )
+
+
+def test_config_set_writes_quotes_and_control_characters_as_toml_escapes(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    value = 'my "model"\\v2\x7f'
+    assert invoke("--home", home, "--init", "config", "set", "model", value).exit_code == 0
+    assert (home / "config.toml").read_text().count('\\"model\\"\\\\v2\\u007f') == 1
+    shown = json.loads(invoke("--home", home, "config", "show", "--json").stdout)
+    assert shown["settings"]["model"] == value
