@@ -475,7 +475,7 @@ class ModelContext:
             self._window.clear()
         if dropped is not None:
             dropped.settled = True
-        # ``_snapshot_for_begin``, inlined (``_view`` included: the view stays cached as it was).
+        # The input: the cached view, plus the compaction prompt once committed (inlined: hot path).
         cache = self._view_cache
         if cache is None:
             cache = self._view_cache = self._compute_view()
@@ -505,14 +505,6 @@ class ModelContext:
         downgraded; the run's own goal prompt (and a retry's copy of it, INV-14) is not."""
         fresh = self._fresh_goal
         return [m if id(m) == fresh else downgrade_goal_message(m) for m in snapshot]
-
-    def _snapshot_for_begin(self) -> list[OmniMessage]:
-        snapshot = self._view()
-        if self._compaction is not None and self._compaction_committed:
-            prompt = self._compaction_prompt
-            if prompt is not None and not (snapshot and snapshot[-1] is prompt):
-                snapshot.append(prompt)
-        return snapshot
 
     def _commit(self) -> None:
         """R-RESUME-6: a completed request commits its input and its output."""

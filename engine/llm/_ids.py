@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable
 from typing import Final
 
-from eventstore import OmniMessage
+from eventstore import OmniMessage, ToolCallOutputPayload, ToolCallPayload
 
 __all__ = ["ToolCallIds", "strip_suffix"]
 
@@ -55,9 +55,9 @@ class ToolCallIds:
         """Mark every ``tool_call_id`` in ``messages`` as taken (calls and outputs alike)."""
         used = self._used
         for msg in messages:
-            cid = getattr(msg.payload, "tool_call_id", None)
-            if isinstance(cid, str):
-                used.add(cid)
+            p = msg.payload
+            if isinstance(p, (ToolCallPayload, ToolCallOutputPayload)):
+                used.add(p.tool_call_id)
 
     def take(self, ids: Iterable[str]) -> None:
         """Mark ``ids`` as taken (the ids a resumed session's trace records)."""
