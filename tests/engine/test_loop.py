@@ -471,3 +471,22 @@ async def test_completed_stream_with_an_open_segment_is_malformed(env: Env) -> N
     calls = [m for m in complete(stream) if m.payload.__struct_config__.tag == "tool_call"]  # type: ignore[union-attr]
     assert [(c.payload.arguments, c.payload.stop_reason) for c in calls] == [('{"a":', "malformed")]  # type: ignore[union-attr]
     assert gated.started == {}
+
+
+async def test_a_scope_cancelled_mid_burst_stops_the_stream_before_the_next_message(
+    env: Env,
+) -> None:
+    """``run()`` yields what the driver pushed in one step without a scheduler pass per message,
+    yet a cancellation of the caller's own scope still lands before the next message (as at any
+    anyio checkpoint); leaving the stream that way is safe (R-CARRY-2)."""
+    session, _ = await make_session(env, [[{"text": "one two three four", "chunks": 4}]])
+    seen: list[OmniMessage] = []
+    async with session:
+        with anyio.CancelScope() as scope:
+            async for msg in session.run([b.user_text("go")]):
+                seen.append(msg)
+                if kinds([msg]) == ["partial_text"]:
+                    scope.cancel()  # the rest of the segment is already on the stream
+        assert scope.cancelled_caught
+        check_trace(session)
+    assert kinds(seen) == ["tool_list_ready", "request_begin", "partial_text"]
