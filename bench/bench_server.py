@@ -13,8 +13,11 @@ fragments), all at once, with two SSE subscribers per session in this process.  
 
 The machine is shared; the figures are what this run saw, so the load average is printed with
 them, and so is the server's CPU time per delivered event during the fan-out (from
-``/proc/<pid>/stat``; it depends far less on the load than the rates do).
-``BENCH_SERVER_SESSIONS`` scales the fan-out (default 100).
+``/proc/<pid>/stat``; it depends far less on the load than the rates do).  The same tasks run
+by the engine alone, all at once in this process with no server, give the ceiling of the
+fan-out in the same run (the server cannot deliver more than twice what the engine produces).
+``BENCH_SERVER_SESSIONS`` scales the fan-out (default 100); ``BENCH_SERVER_FSYNC`` is the
+server's ``--fsync`` (default ``turn``, the figures the README reports).
 """
 
 from __future__ import annotations
@@ -152,17 +155,38 @@ async def _fan_out(base: str, sessions: int) -> tuple[int, float, list[float]]:
         return counts[0], time.perf_counter() - start, lat
 
 
-async def _in_process(home: Path) -> tuple[int, float]:
+async def _one_run(home: Path, counts: list[int], *, fsync: Any = "turn") -> float:
+    """One session's task iterated in process; returns the seconds ``run()`` took."""
     llm = ScriptedLLM(script())
     session = await Session.create(
-        llm=llm, environment=ScriptedEnvironment.from_llm(llm), root=home / "inproc", workspace=home
+        llm=llm,
+        environment=ScriptedEnvironment.from_llm(llm),
+        root=home / "inproc",
+        workspace=home,
+        fsync=fsync,
     )
-    n = 0
     async with session:
         start = time.perf_counter()
         async for _ in session.run([b.user_text("go")], approve=allow_all):
-            n += 1
-        return n, time.perf_counter() - start
+            counts[0] += 1
+        return time.perf_counter() - start
+
+
+async def _in_process(home: Path) -> tuple[int, float]:
+    counts = [0]
+    seconds = await _one_run(home, counts)
+    return counts[0], seconds
+
+
+async def _engine_alone(home: Path, sessions: int) -> tuple[int, float, float]:
+    """The same tasks run by the engine alone, all at once in this process, no server: the
+    rate the server's fan-out cannot beat (each event goes to two subscribers)."""
+    counts = [0]
+    cpu0, start = _own_cpu_s(), time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for _ in range(sessions):
+            tg.start_soon(functools.partial(_one_run, home, counts, fsync=FSYNC))
+    return counts[0], time.perf_counter() - start, _own_cpu_s() - cpu0
 
 
 async def _run() -> dict[str, Any]:
@@ -182,6 +206,7 @@ async def _run() -> dict[str, Any]:
             proc.send_signal(signal.SIGTERM)
             await proc.wait()
         run_events, run_s = await _in_process(home)
+        alone_events, alone_s, alone_cpu = await _engine_alone(home, SESSIONS)
     lat.sort()
     return {
         "sessions": SESSIONS,
@@ -195,6 +220,8 @@ async def _run() -> dict[str, Any]:
         "ratio": (one_events / one_s) / (run_events / run_s),
         "cpu_us_per_event": None if cpu0 is None or cpu1 is None else (cpu1 - cpu0) / events * 1e6,
         "client_cpu_us_per_event": (mine1 - mine0) / events * 1e6,
+        "alone_events_per_s": alone_events / alone_s,
+        "alone_cpu_us_per_event": alone_cpu / alone_events * 1e6,
         "load": os.getloadavg()[0],
     }
 
@@ -215,6 +242,13 @@ def main() -> None:
         f"server: {'n/a' if cpu is None else f'{cpu:.0f}'} us of server CPU per delivered event "
         f"(client {r['client_cpu_us_per_event']:.0f} us); --fsync {FSYNC}; "
         f"load average {r['load']:.1f} on {os.cpu_count()} CPUs"
+    )
+    alone = r["alone_events_per_s"]
+    print(
+        f"server: the engine alone, {r['sessions']} sessions in process: {alone:,.0f} events/s "
+        f"produced ({alone * SUBSCRIBERS:,.0f}/s for {SUBSCRIBERS} subscribers each), "
+        f"{r['alone_cpu_us_per_event']:.0f} us of CPU per event; the server delivered "
+        f"{r['events_per_s'] / (alone * SUBSCRIBERS):.2f}x of that"
     )
 
 
