@@ -22,6 +22,7 @@ server's ``--fsync`` (default ``turn``, the figures the README reports).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import functools
 import json
@@ -155,38 +156,44 @@ async def _fan_out(base: str, sessions: int) -> tuple[int, float, list[float]]:
         return counts[0], time.perf_counter() - start, lat
 
 
-async def _one_run(home: Path, counts: list[int], *, fsync: Any = "turn") -> float:
-    """One session's task iterated in process; returns the seconds ``run()`` took."""
+async def _session(home: Path, fsync: Any = "turn") -> Session:
     llm = ScriptedLLM(script())
-    session = await Session.create(
+    return await Session.create(
         llm=llm,
         environment=ScriptedEnvironment.from_llm(llm),
         root=home / "inproc",
         workspace=home,
         fsync=fsync,
     )
-    async with session:
-        start = time.perf_counter()
-        async for _ in session.run([b.user_text("go")], approve=allow_all):
-            counts[0] += 1
-        return time.perf_counter() - start
+
+
+async def _iterate(session: Session, counts: list[int]) -> None:
+    async for _ in session.run([b.user_text("go")], approve=allow_all):
+        counts[0] += 1
 
 
 async def _in_process(home: Path) -> tuple[int, float]:
     counts = [0]
-    seconds = await _one_run(home, counts)
-    return counts[0], seconds
+    async with await _session(home) as session:
+        start = time.perf_counter()
+        await _iterate(session, counts)
+        return counts[0], time.perf_counter() - start
 
 
 async def _engine_alone(home: Path, sessions: int) -> tuple[int, float, float]:
-    """The same tasks run by the engine alone, all at once in this process, no server: the
-    rate the server's fan-out cannot beat (each event goes to two subscribers)."""
+    """The same tasks run by the engine alone, all at once in this process, no server (the
+    sessions made first, as the fan-out makes them before its clock starts): the rate the
+    server's fan-out cannot beat (each event goes to two subscribers)."""
     counts = [0]
-    cpu0, start = _own_cpu_s(), time.perf_counter()
-    async with anyio.create_task_group() as tg:
-        for _ in range(sessions):
-            tg.start_soon(functools.partial(_one_run, home, counts, fsync=FSYNC))
-    return counts[0], time.perf_counter() - start, _own_cpu_s() - cpu0
+    async with contextlib.AsyncExitStack() as stack:
+        made = [
+            await stack.enter_async_context(await _session(home, FSYNC)) for _ in range(sessions)
+        ]
+        cpu0, start = _own_cpu_s(), time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for session in made:
+                tg.start_soon(_iterate, session, counts)
+        return counts[0], time.perf_counter() - start, _own_cpu_s() - cpu0
 
 
 async def _run() -> dict[str, Any]:
