@@ -50,11 +50,12 @@ class SSEResponse(Response):
         self._sub = sub
         self._prelude = prelude
         self._heartbeat = heartbeat_s
-        self._wrote = False
+        self._last_write = 0.0  # set when the response starts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
+            self._last_write = anyio.current_time()
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._watch, receive, tg.cancel_scope)
                 tg.start_soon(self._beat)
@@ -73,13 +74,15 @@ class SSEResponse(Response):
                 return
 
     async def _beat(self) -> None:
-        """A comment when nothing was written for a heartbeat period (one timer per
+        """A comment once nothing was written for a heartbeat period (one timer per
         connection, not one per wait)."""
         while True:
-            self._wrote = False
-            await anyio.sleep(self._heartbeat)
-            if not self._wrote:
-                self._sub.put(b": heartbeat\n\n")
+            wait = self._last_write + self._heartbeat - anyio.current_time()
+            if wait > 0:
+                await anyio.sleep(wait)
+                continue
+            self._last_write = anyio.current_time()
+            self._sub.put(b": heartbeat\n\n")
 
     async def _pump(self, send: Send) -> None:
         body = b"".join(await self._prelude())
@@ -94,7 +97,7 @@ class SSEResponse(Response):
             # subscriber already behind has a full batch and does not wait).
             if len(sub.pending) < _LINGER_BELOW and not sub.dropped:
                 await anyio.sleep(_LINGER_S)
-            self._wrote = True
+            self._last_write = anyio.current_time()
             await _chunk(send, sub.take())
 
 
