@@ -70,6 +70,8 @@ class Hosted:
     load_lock: anyio.Lock = field(default_factory=anyio.Lock)
     idle: anyio.Event = field(default_factory=anyio.Event)  # set (and replaced) when a task ends
     title: str | None = None
+    trace: Path | None = None  # the file the last record went to, and its _NNN index
+    trace_index: int = 0
 
     @property
     def state(self) -> TaskState:
@@ -81,7 +83,10 @@ class Hosted:
 
     def on_record(self, msg: OmniMessage, path: Path) -> None:
         """The engine wrote ``msg`` to ``path``: note its position (R-SRV-8)."""
-        index = file_index(path) or 0
+        if path is not self.trace and path != self.trace:
+            # Parsed once per file, not per record (a path parse costs more than the rest).
+            self.trace, self.trace_index = path, file_index(path) or 0
+        index = self.trace_index
         f, o = self.position
         self.position = (index, o + 1) if index == f else (index, 0)
         self.queue.append((msg, *self.position))
