@@ -65,3 +65,35 @@ def test_r_web_3_give_up_on_a_countdown_after_a_reload(page: Any, server: Server
     page.wait_for_selector(".notice.abort >> text=backoff")
     page.wait_for_selector(".tag.state[data-state=idle]")
     assert page.locator(".retry-wait").is_hidden()
+
+
+def test_r_srv_6_a_task_started_before_the_stream_opens_is_not_lost(
+    page: Any, server: Server
+) -> None:
+    """The page loads an empty, idle history, and the task starts (here: from another client)
+    and reaches its backoff before the page opens its stream.  The stream must carry what was
+    published since the history was read: the countdown shows.  (Found under load: a click on
+    Send before the history arrived left the page without the retry wait.)"""
+    row = server.api("POST", "/api/sessions", {})
+    sid = row["id"]
+
+    def history_then_task(route: Any) -> None:
+        empty = route.fetch()  # the history as it was: idle, no message
+        server.api(
+            "POST", f"/api/sessions/{sid}/tasks", {"input": [{"type": "text", "text": "Go"}]}
+        )
+        # Wait on a stream of our own (from the session's start) until the retry wait is
+        # recorded, then let the page go on.
+        stream = f"/api/sessions/{sid}/stream?last_event_id=0:0"
+        with server.client() as c, c.stream("GET", stream) as events:
+            for line in events.iter_lines():
+                if line.startswith("data: ") and '"retry_in_ms":' in line and "request_end" in line:
+                    break
+        route.fulfill(response=empty)
+
+    page.route(f"**/api/sessions/{sid}/messages", history_then_task)
+    page.goto(f"{server.base}/#/s/{sid}")
+    page.wait_for_selector(".retry-wait >> text=Retrying in")
+    assert "overloaded" in page.locator(".notice.retry").inner_text()
+    page.click("button.give-up")
+    page.wait_for_selector(".tag.state[data-state=idle]")

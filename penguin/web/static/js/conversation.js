@@ -205,6 +205,10 @@ export function conversationView(root, id) {
     } else if (page.messages.length) {
       const p = page.messages[page.messages.length - 1].position;
       last = `${p.file}:${p.ordinal}`;
+    } else {
+      // Nothing recorded yet: a task may start before the stream opens (Send is live at
+      // once), so the stream starts at the session's beginning, not at "now".
+      last = "0:0";
     }
     scrollToEnd();
     source = openStream(`${base}/stream${last ? `?last_event_id=${enc(last)}` : ""}`, {
