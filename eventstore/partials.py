@@ -1,11 +1,12 @@
 """Streamed segments: the one implementation of ``partial_*`` start/delta/stop (SPEC §3).
 
 Owns: producing a segment's fragments and its complete message (``SegmentWriter``,
-R-STREAM-1/2), reading fragments back — a uniform typed view of one fragment (``fragment``) and
+R-STREAM-1/2), reading fragments back — a uniform typed view of one fragment (``fragment``),
 the aggregator that folds fragments into complete messages (``PartialAggregator``, R-AGG-1..6)
-and closes what a stream left open (R-STREAM-4).  Does not: check that a producer kept the
-streaming discipline (the validator does), or write anything: partials are never recorded
-(R-STREAM-6).
+and closes what a stream left open (R-STREAM-4), and the open segments of a merged stream as
+start fragments holding their content so far (``OpenSegments``, R-SRV-6).  Does not: check
+that a producer kept the streaming discipline (the validator does), or write anything:
+partials are never recorded (R-STREAM-6).
 
     seg = SegmentWriter("text")            # a producer
     out = [seg.start(), seg.delta("Hel"), seg.delta("lo"), *seg.stop("completed")]
@@ -42,6 +43,7 @@ from ._schema import (
 
 __all__ = [
     "Fragment",
+    "OpenSegments",
     "PartialAggregator",
     "SegmentKind",
     "SegmentWriter",
@@ -273,6 +275,13 @@ _READ_FRAGMENT: Final[dict[type[Any], Callable[[Any], _Read]]] = {
 }
 
 
+def _call_id(payload: Any) -> str:
+    """The ``tool_call_id`` of a complete message, ``""`` for a kind that has none."""
+    if isinstance(payload, ToolCallPayload | ToolCallOutputPayload):
+        return payload.tool_call_id
+    return ""
+
+
 class _Open:
     """A segment being read back: the writer holding its content, plus its sticky fields."""
 
@@ -372,10 +381,7 @@ class PartialAggregator:
         p = msg.payload
         kind = _KIND_OF_COMPLETE.get(type(p))
         if kind is not None:
-            call_id = (
-                p.tool_call_id if isinstance(p, ToolCallPayload | ToolCallOutputPayload) else ""
-            )
-            self._open.pop((kind, call_id), None)
+            self._open.pop((kind, _call_id(p)), None)
 
     def close_open(self, stop_reason: StopReason) -> list[OmniMessage]:
         """R-STREAM-4: the missing stop fragment and complete message of every open segment,
@@ -385,3 +391,91 @@ class PartialAggregator:
             out.extend(seg.segment.stop(stop_reason))
         self._open.clear()
         return out
+
+
+# --------------------------------------------------------------------------- open segments
+
+_SegmentKey: TypeAlias = tuple[tuple[str, ...], SegmentKind, str]
+
+
+class _Live:
+    """An open segment as a late reader needs it: its first fragment and the content so far."""
+
+    __slots__ = ("first", "segment")
+
+    def __init__(self, first: OmniMessage, kind: SegmentKind, tool_call_id: str) -> None:
+        self.first = first
+        self.segment = SegmentWriter(kind, tool_call_id=tool_call_id)
+
+    def snapshot(self) -> OmniMessage:
+        p = self.first.payload
+        seg = self.segment
+        body = seg.body
+        payload: Any
+        if isinstance(p, PartialTextPayload):
+            payload = msgspec.structs.replace(p, event_type="start", text=body)
+        elif isinstance(p, PartialThinkingPayload):
+            payload = msgspec.structs.replace(p, event_type="start", thinking=body)
+        elif isinstance(p, PartialToolCallPayload):
+            payload = msgspec.structs.replace(p, event_type="start", arguments=body, name=seg.name)
+        else:
+            assert isinstance(p, PartialToolCallOutputPayload)
+            payload = msgspec.structs.replace(
+                p, event_type="start", output=body, images=list(seg.images) if seg.images else None
+            )
+        return msgspec.structs.replace(self.first, payload=payload)
+
+
+class OpenSegments:
+    """The segments still open in a merged stream (the run's own and its children's), each
+    readable as one synthetic ``start`` fragment holding the content so far (R-SRV-6).
+
+    ``feed(msg)`` takes every streamed message (anything but a fragment is ignored); segments
+    are keyed by ``(origin, kind, tool_call_id or "")`` — the aggregator's key (R-AGG-2) per
+    origin, since children's segments interleave with the parent's.  Content accumulates as
+    the aggregator's does (R-AGG-3/4: a ``start`` re-opens, the last non-empty ``name`` and
+    ``images`` win); a ``stop`` closes.  ``settle(complete)`` closes the segment a complete
+    message stands for; ``snapshots()`` gives the start fragments, oldest first, each with
+    its first fragment's timestamp and origin.
+    """
+
+    __slots__ = ("_open",)
+
+    def __init__(self) -> None:
+        self._open: dict[_SegmentKey, _Live] = {}
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def feed(self, msg: OmniMessage) -> None:
+        p: Any = msg.payload
+        read = _READ_FRAGMENT.get(type(p))
+        if read is None:
+            return
+        kind, call_id, content, name, images = read(p)
+        origin = msg.origin
+        key = (tuple(origin) if origin else (), kind, call_id)
+        event = p.event_type
+        if event == "stop":
+            self._open.pop(key, None)
+            return
+        seg = self._open.get(key)
+        if seg is None or event == "start":
+            self._open.pop(key, None)  # a re-opened key moves to the end (R-AGG-6)
+            seg = self._open[key] = _Live(msg, kind, call_id)
+        seg.segment._take(content, name, images)
+
+    def settle(self, msg: OmniMessage) -> None:
+        """A complete message closes the open segment of its origin, kind and call id."""
+        if self._open:
+            p = msg.payload
+            kind = _KIND_OF_COMPLETE.get(type(p))
+            if kind is not None:
+                origin = msg.origin
+                self._open.pop((tuple(origin) if origin else (), kind, _call_id(p)), None)
+
+    def snapshots(self) -> list[OmniMessage]:
+        return [seg.snapshot() for seg in self._open.values()]
+
+    def clear(self) -> None:
+        self._open.clear()

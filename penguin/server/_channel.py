@@ -19,7 +19,7 @@ import anyio
 import msgspec
 
 from eventstore import OmniMessage, encode
-from eventstore.builders import is_partial
+from eventstore.partials import OpenSegments
 
 __all__ = ["Channel", "Event", "Key", "ReplayPlan", "Subscriber", "format_id", "parse_id"]
 
@@ -114,47 +114,6 @@ class ReplayPlan:
     resync: bool
 
 
-_CONTENT: Final = ("text", "thinking", "arguments", "output")
-
-
-@dataclass(slots=True)
-class _Segment:
-    first: OmniMessage
-    parts: dict[str, list[str]] = field(default_factory=dict)
-    name: str = ""
-    images: list[str] = field(default_factory=list)
-
-    def add(self, msg: OmniMessage) -> None:
-        p = msg.payload
-        for attr in _CONTENT:
-            value = getattr(p, attr, None)
-            if isinstance(value, str) and value:
-                self.parts.setdefault(attr, []).append(value)
-        name = getattr(p, "name", None)
-        if isinstance(name, str) and name:
-            self.name = name
-        imgs = getattr(p, "images", None)
-        if imgs:
-            self.images.extend(imgs)
-
-    def snapshot(self) -> OmniMessage:
-        changes: dict[str, Any] = {a: "".join(v) for a, v in self.parts.items()}
-        if hasattr(self.first.payload, "name"):
-            changes["name"] = self.name
-        if self.images:
-            changes["images"] = list(self.images)
-        payload = msgspec.structs.replace(self.first.payload, event_type="start", **changes)
-        return msgspec.structs.replace(self.first, payload=payload)
-
-
-_COMPLETES: Final = {
-    "TextPayload": "PartialTextPayload",
-    "ThinkingPayload": "PartialThinkingPayload",
-    "ToolCallPayload": "PartialToolCallPayload",
-    "ToolCallOutputPayload": "PartialToolCallOutputPayload",
-}
-
-
 class Channel:
     """The event channel of one session.  ``start`` is the position of the last record already
     in the trace when the channel was made (``(0, 0)`` for a session with no trace yet);
@@ -179,7 +138,7 @@ class Channel:
         self._max_events = max_events
         self._max_bytes = max_bytes
         self._subs: set[Subscriber] = set()
-        self._open: dict[tuple[tuple[str, ...], str, str], _Segment] = {}
+        self._open = OpenSegments()
 
     # ------------------------------------------------------------------ state
 
@@ -198,44 +157,25 @@ class Channel:
         return None if self._start == (0, 0) else format_id((*self._start, 0))
 
     def fragments(self) -> list[OmniMessage]:
-        return [seg.snapshot() for seg in self._open.values()]
+        return self._open.snapshots()
 
     # ------------------------------------------------------------------ publishing
 
     def publish_record(self, msg: OmniMessage, file: int, ordinal: int) -> None:
         self._record = (file, ordinal)
         self._k = 0
-        kind = _COMPLETES.get(type(msg.payload).__name__)
-        if kind is not None and self._open:
-            self._open.pop(((), kind, str(getattr(msg.payload, "tool_call_id", ""))), None)
+        self._open.settle(msg)
         self._push(Event((file, ordinal, 0), None, encode(msg), True))
 
     def publish_message(self, msg: OmniMessage) -> None:
         """An unrecorded message run() yielded: a partial or an origin-tagged one."""
-        if is_partial(msg):
-            self._track(msg)
+        self._open.feed(msg)
         self._k += 1
         self._push(Event((*self._record, self._k), None, encode(msg), False))
 
     def publish_server(self, data: dict[str, Any]) -> None:
         self._k += 1
         self._push(Event((*self._record, self._k), "server", server_event(data), False))
-
-    def _track(self, msg: OmniMessage) -> None:
-        p = msg.payload
-        key = (
-            tuple(msg.origin or ()),
-            type(p).__name__,
-            str(getattr(p, "tool_call_id", "")),
-        )
-        event = getattr(p, "event_type", None)
-        if event == "stop":
-            self._open.pop(key, None)
-            return
-        seg = self._open.get(key)
-        if event == "start" or seg is None:
-            seg = self._open[key] = _Segment(msg)
-        seg.add(msg)
 
     def _push(self, ev: Event) -> None:
         buf = self._buf

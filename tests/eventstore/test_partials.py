@@ -22,7 +22,7 @@ from eventstore import (
 )
 from eventstore import builders as b
 from eventstore._schema import EventType
-from eventstore.partials import PartialAggregator
+from eventstore.partials import OpenSegments, PartialAggregator
 
 
 def ts(n: int) -> str:
@@ -377,3 +377,58 @@ def test_the_old_module_name_still_imports_with_a_deprecation_warning() -> None:
     with pytest.warns(DeprecationWarning, match="eventstore.partials"):
         module = importlib.import_module("eventstore.aggregate")
     assert module.PartialAggregator is PartialAggregator
+
+
+# ---------------------------------------------------------------------------- open segments (R-SRV-6)
+
+
+def _kid(msg: OmniMessage) -> OmniMessage:
+    return msgspec.structs.replace(msg, origin=["kid"])
+
+
+def test_r_srv_6_open_segments_snapshot_the_content_so_far_as_start_fragments() -> None:
+    live = OpenSegments()
+    for m in [
+        b.partial_text("start", "He", timestamp=ts(1)),
+        b.assistant_text("not a fragment"),  # ignored: only a record settles (see below)
+        b.partial_text("delta", "llo", timestamp=ts(2)),
+        _kid(b.partial_text("start", timestamp=ts(3))),
+        _kid(b.partial_text("delta", "child", timestamp=ts(4))),
+        b.partial_tool_call("start", "c1", name="ls", timestamp=ts(5)),
+        b.partial_tool_call("delta", "c1", arguments='{"p":', timestamp=ts(6)),
+        b.partial_thinking("start", "gone", timestamp=ts(7)),
+        b.partial_thinking("stop", timestamp=ts(8)),
+    ]:
+        live.feed(m)
+    # Keyed per origin: the child's text segment is not the parent's (R-AGG-2 per origin).
+    assert live.snapshots() == [
+        b.partial_text("start", "Hello", timestamp=ts(1)),
+        _kid(b.partial_text("start", "child", timestamp=ts(3))),
+        b.partial_tool_call("start", "c1", name="ls", arguments='{"p":', timestamp=ts(5)),
+    ]
+    live.settle(b.tool_call("ls", '{"p":1}', "c1"))
+    live.settle(b.assistant_text("Hello"))  # the parent's complete text: the child's stays
+    assert [m.origin for m in live.snapshots()] == [["kid"]]
+    live.feed(_kid(b.partial_text("start", "again", timestamp=ts(9))))  # R-AGG-3: re-opens
+    assert live.snapshots() == [_kid(b.partial_text("start", "again", timestamp=ts(9)))]
+    live.clear()
+    assert len(live) == 0 and live.snapshots() == []
+
+
+def test_r_agg_4_open_segments_keep_the_last_name_and_the_last_non_empty_images() -> None:
+    live = OpenSegments()
+    for m in [
+        b.partial_tool_call_output("delta", "c1", "ab", images=["data:a"], timestamp=ts(1)),
+        b.partial_tool_call_output("delta", "c1", "cd", images=["data:b", "data:c"]),
+        b.partial_tool_call_output("delta", "c1", "", images=[]),
+        b.partial_tool_call("delta", "c2", name="old", arguments="{"),
+        b.partial_tool_call("delta", "c2", name="new", arguments="}"),
+        b.partial_tool_call("delta", "c2", arguments=""),
+    ]:
+        live.feed(m)
+    out, call = live.snapshots()
+    # A delta with no open segment opens one leniently (R-AGG-4), read as a start.
+    assert out == b.partial_tool_call_output(
+        "start", "c1", "abcd", images=["data:b", "data:c"], timestamp=ts(1)
+    )
+    assert (call.payload.name, call.payload.arguments) == ("new", "{}")  # type: ignore[union-attr]
