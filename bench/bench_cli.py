@@ -9,7 +9,9 @@ Start-up (issue 18): ``penguin --help``, ``sessions`` on an empty data root, ``i
 ``START_REPEATS``, against a bare ``python -c pass`` measured in the same run.  Target: <= 0.15 s
 each.  Measured as the child's CPU time (user + system), since wall time on a shared machine is
 mostly other work (the best wall time is printed too); with compiled modules cached (as
-installed) and without (``PYTHONDONTWRITEBYTECODE=1``, which this sandbox sets).  Only the
+installed) and under ``PYTHONDONTWRITEBYTECODE=1`` (which this sandbox sets: then only what
+``make`` compiled when it installed the checkout is cached; a module edited since is compiled at
+each start).  Only the
 start-up: ``python -m bench.bench_cli startup``.
 """
 
@@ -190,8 +192,9 @@ def _start_times(argv: list[str], env: dict[str, str]) -> tuple[list[float], flo
 
 def _start_env(tmp: Path, *, bytecode: bool) -> dict[str, str]:
     """The child's environment.  ``bytecode``: compiled modules cached (in ``tmp``, not the
-    tree), as for an installed package (pip compiles at install); without it every project
-    module is compiled from source at each start, as under ``PYTHONDONTWRITEBYTECODE=1``."""
+    tree), as for an installed package (pip compiles at install); without it nothing is written,
+    as under ``PYTHONDONTWRITEBYTECODE=1``: what ``make`` compiled is read, the rest is compiled
+    from source at each start."""
     env = {k: v for k, v in os.environ.items() if k not in ("PENGUIN_HOME", "PYTHONPYCACHEPREFIX")}
     if bytecode:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -225,7 +228,11 @@ def startup() -> None:
 
 def _print_start(times: dict[str, tuple[list[float], float]], *, bytecode: bool) -> None:
     floor, floor_wall = times.pop("python -c pass (floor)")
-    how = "bytecode cached" if bytecode else "no bytecode cache (PYTHONDONTWRITEBYTECODE=1)"
+    how = (
+        "bytecode cached"
+        if bytecode
+        else "PYTHONDONTWRITEBYTECODE=1 (what make compiled at install)"
+    )
     print(
         f"start-up, whole process, {how}: CPU best / median of {START_REPEATS}, best wall"
         f" (target <= 150 ms; load average {os.getloadavg()[0]:.1f})"
