@@ -7,9 +7,10 @@ Owns: the ``watchfiles`` loop over the data root that catches the index up after
 from __future__ import annotations
 
 import logging
+import os
 
 import anyio
-from watchfiles import awatch
+from watchfiles import Change, awatch
 
 from ._context import ServerContext
 
@@ -18,8 +19,12 @@ __all__ = ["watch_traces"]
 log = logging.getLogger("penguin.server")
 
 
-def _is_trace(change: object, path: str) -> bool:
-    return path.endswith(".jsonl")
+def _is_trace(change: Change, path: str) -> bool:
+    """A trace file changed, or a directory appeared.  inotify watches a new directory only once
+    its creation is seen, so a process that creates a session's directories and writes its whole
+    trace at once can leave no event for the trace itself (about 1 in 10 here); the refresh a new
+    directory triggers walks the root and finds the file, and later writes are seen."""
+    return path.endswith(".jsonl") or (change == Change.added and os.path.isdir(path))
 
 
 async def watch_traces(ctx: ServerContext) -> None:

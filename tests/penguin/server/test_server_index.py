@@ -93,3 +93,23 @@ def test_r_srv_13_a_rewritten_file_is_folded_again(tmp_path: Path) -> None:
         assert live == _rows(fresh)
     finally:
         fresh.close()
+
+
+def test_r_srv_13_a_new_directory_wakes_the_watcher(tmp_path: Path) -> None:
+    """A CLI run creates its session directories and writes its trace in one go; inotify watches
+    a new directory only after its creation is seen, so the trace's own events can be lost (a
+    rare "appears within 2 s" failure under load).  A directory's creation must trigger a
+    refresh, which walks the root; other files (locks, sidecars) must not."""
+    from watchfiles import Change
+
+    from penguin.server._watch import _is_trace
+
+    new_dir = tmp_path / "proj" / "agent"
+    new_dir.mkdir(parents=True)
+    assert _is_trace(Change.added, str(new_dir))
+    assert _is_trace(Change.modified, str(new_dir / "s_001.jsonl"))
+    lock = new_dir / "s.lock"
+    lock.write_text("")
+    assert not _is_trace(Change.added, str(lock))
+    assert not _is_trace(Change.added, str(new_dir / "s.summaries"))
+    assert not _is_trace(Change.deleted, str(tmp_path / "gone"))
