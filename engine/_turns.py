@@ -19,8 +19,12 @@ import anyio.abc
 
 from eventstore import (
     PARTIAL_PAYLOAD_TYPES,
+    ImageUrlPayload,
+    InlineDataPayload,
+    InlineThinkingPayload,
     OmniMessage,
     TextPayload,
+    ThinkingPayload,
     TokenUsagePayload,
     ToolCallOutputPayload,
     ToolCallPayload,
@@ -40,6 +44,16 @@ from ._run import Attempt, Run, WriteFailed
 __all__ = ["TurnRunner"]
 
 _VALID_APPROVALS: Final = frozenset({"allow", "deny", "forbidden"})
+# The complete messages a model streams (the payloads with a role).
+_MESSAGE_PAYLOADS: Final = (
+    TextPayload,
+    ToolCallPayload,
+    ThinkingPayload,
+    InlineThinkingPayload,
+    ImageUrlPayload,
+    InlineDataPayload,
+    ToolCallOutputPayload,
+)
 _log = logging.getLogger("engine")
 
 
@@ -292,7 +306,7 @@ class TurnRunner:
             self._rec.record(msg)
             return msg
         self._rec.record(msg)
-        if getattr(p, "role", None) == "assistant":
+        if isinstance(p, _MESSAGE_PAYLOADS) and p.role == "assistant":
             outputs.append(msg)
             if isinstance(p, TextPayload):
                 self._on_text(p.text)

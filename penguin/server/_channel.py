@@ -170,6 +170,9 @@ class Channel:
     def publish_message(self, msg: OmniMessage) -> None:
         """An unrecorded message run() yielded: a partial or an origin-tagged one."""
         self._open.feed(msg)
+        # A child's complete message is never a parent record, so it settles its segment here
+        # (a no-op for a fragment): the child's stop fragment may never come.
+        self._open.settle(msg)
         self._k += 1
         self._push(Event((*self._record, self._k), None, encode(msg), False))
 

@@ -19,7 +19,6 @@ from starlette.responses import Response
 from eventstore import DataRoot, OmniMessage, encode
 
 from ._channel import Channel
-from ._exceptions import ApiError
 from ._host import SessionHost
 from ._hosted import Hosted
 from ._index import Index
@@ -117,6 +116,3 @@ def ctx_of(request: Request) -> ServerContext:
     ctx: ServerContext = request.app.state.penguin
     return ctx
 
-
-def not_found() -> ApiError:
-    return ApiError(404, "session_not_found", "no such session")

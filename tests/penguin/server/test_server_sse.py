@@ -9,8 +9,11 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
+from eventstore import OmniMessage
+from eventstore import builders as b
 from penguin.server._channel import SUBSCRIBER_QUEUE, Channel
 from penguin.server._sse import SSEResponse
 
@@ -84,3 +87,18 @@ async def test_r_srv_8_a_subscriber_behind_gets_what_it_has_then_ends() -> None:
     assert client.body.count(b"\n\n") == SUBSCRIBER_QUEUE + 2  # ": connected" + every event
     assert f'"i":{SUBSCRIBER_QUEUE}}}'.encode() in client.body
     assert b"late" not in client.body
+
+
+def test_r_srv_6_a_childs_complete_message_closes_its_live_fragment() -> None:
+    """A subagent's messages reach the channel unrecorded (origin-tagged); its complete text
+    closes the child's open segment even when no stop fragment came, while the parent's stays."""
+    channel = Channel((0, 0), restored=False)
+
+    def kid(msg: OmniMessage) -> OmniMessage:
+        return msgspec.structs.replace(msg, origin=["kid"])
+
+    channel.publish_message(b.partial_text("start", "parent so far"))
+    channel.publish_message(kid(b.partial_text("start", "child so far")))
+    assert [m.origin for m in channel.fragments()] == [None, ["kid"]]
+    channel.publish_message(kid(b.assistant_text("child so far, done")))
+    assert channel.fragments() == [b.partial_text("start", "parent so far")]
