@@ -115,4 +115,3 @@ def _iso(t: float) -> str:
 def ctx_of(request: Request) -> ServerContext:
     ctx: ServerContext = request.app.state.penguin
     return ctx
-
