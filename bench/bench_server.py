@@ -6,8 +6,9 @@ fragments), all at once, with two SSE subscribers per session in this process.  
 
 - aggregate events delivered per second (every event of every subscriber, from the first POST
   to the last subscriber seeing its task end); target >= 20,000/s;
-- latency from a record's write (its ``timestamp``, ms resolution) to its arrival at a client:
-  p50 / p99; target p99 <= 50 ms;
+- latency from a record's write (its ``timestamp``, ms resolution; the ``session_meta``s, stamped
+  when their sessions were created, are left out) to its arrival at a client: p50 / p99;
+  target p99 <= 50 ms;
 - one session's stream to one client, against iterating ``run()`` in process over the same
   script, measured in the same run (events per second each, and the ratio); target >= 0.5.
 
@@ -126,7 +127,9 @@ async def _subscribe(
                 counts[0] += 1
                 head, _, rest = ev.partition(b"\n")
                 if b"+" not in head:
-                    m = _TS.search(rest)
+                    # A session_meta is stamped when its session was created (before the clock
+                    # starts), not when it was written with the first record: not a latency.
+                    m = None if b'"type":"session_meta"' in rest[:100] else _TS.search(rest)
                     if m:
                         lat.append(now - _epoch(m.group(1)))
                 elif b'"task_state"' in rest and b'"state":"idle"' in rest:

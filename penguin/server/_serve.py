@@ -2,12 +2,14 @@
 
 Owns: refusing a public bind without an explicit token, printing the login URL, and SIGTERM:
 stop accepting tasks, abort running ones as a user abort would, end the streams, exit 0 within
-10 s.  Does not: build the app (``create_app``).
+10 s; the garbage collector's thresholds while serving.  Does not: build the app
+(``create_app``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import ipaddress
 import socket
 import sys
@@ -26,6 +28,13 @@ from ._host import EnvironmentFactory, LLMFactory
 from ._hosted import ApprovalMode
 
 __all__ = ["serve"]
+
+# A server holding many sessions allocates a young object per streamed event, and its heap (the
+# sessions' projections) keeps growing: with CPython's default (700, 10, 10) the collector
+# runs a young pass every few hundred events and a full pass over that whole heap every ~70,000
+# allocations, stalling every stream at once.  Measured with ``bench_server`` (100 sessions, 2
+# subscribers each): p99 write->client 98-128 ms -> 59-76 ms, 15-30% more events/s.
+SERVE_GC_THRESHOLDS = (50_000, 20, 100)
 
 
 def _loopback(host: str) -> bool:
@@ -116,4 +125,9 @@ def serve(
         access_log=False,
     )
     server = _Server(config, ctx, bound)
-    asyncio.run(server.serve())
+    before = gc.get_threshold()
+    gc.set_threshold(*SERVE_GC_THRESHOLDS)
+    try:
+        asyncio.run(server.serve())
+    finally:
+        gc.set_threshold(*before)

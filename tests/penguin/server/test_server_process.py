@@ -82,3 +82,26 @@ def test_r_srv_1_public_bind_without_token_is_refused(tmp_path: Path) -> None:
         env=env,
     )
     assert r.returncode == 2 and "without an explicit --token" in r.stderr
+
+
+def test_serve_raises_the_gc_thresholds_while_serving_and_restores_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full collection over many sessions' projections stalls every stream (p99): ``serve``
+    collects less often while it runs, and gives the caller's thresholds back afterwards."""
+    import gc
+
+    import penguin.server._serve as serve_module
+
+    seen: list[tuple[int, ...]] = []
+
+    def fake_run(coro: object) -> None:
+        seen.append(gc.get_threshold())
+        coro.close()  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(serve_module.asyncio, "run", fake_run)
+    before = gc.get_threshold()
+    serve_module.serve(tmp_path / "home", port=0, announce=lambda url: None)
+    assert seen == [serve_module.SERVE_GC_THRESHOLDS]
+    assert serve_module.SERVE_GC_THRESHOLDS[0] > before[0]
+    assert gc.get_threshold() == before
