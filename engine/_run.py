@@ -58,10 +58,13 @@ class Run:
     # failed, R-STEER-6): raised out of ``run()`` once the stream has drained.
     error: BaseException | None = None
     tap: Callable[[OmniMessage], None] | None = None  # sees every message (goal mode)
+    observer: Callable[[OmniMessage], None] | None = None  # the caller's (``run(observer=)``)
 
     def push(self, msg: OmniMessage) -> None:
         if self.tap is not None:
             self.tap(msg)
+        if self.observer is not None:
+            self.observer(msg)
         if not self.consumer_gone:
             try:
                 self.send.send_nowait(msg)

@@ -278,9 +278,8 @@ class Session:
 
     def add_record_listener(self, listener: RecordListener) -> Callable[[], None]:
         """Call ``listener(record, file)`` after every record this session writes, in trace
-        order and in the writing task (a host such as the server tags streamed messages with
-        trace positions this way).  Returns a function that removes the listener.  A listener
-        must not raise or block."""
+        order and in the writing task (the server tags streamed messages with trace positions
+        this way).  Returns a function that removes it.  A listener must not raise or block."""
         return self._rec.add_listener(listener)
 
     def skip_reconnect_wait(self) -> bool:
@@ -307,14 +306,16 @@ class Session:
         signal: AbortSignal | None = None,
         thinking_level: str | None = None,
         goal: GoalOptions | None = None,
+        observer: Callable[[OmniMessage], None] | None = None,
     ) -> AsyncGenerator[OmniMessage, None]:
         """Drive one task and yield its messages (R-RUN-1).  Safe to abandon (R-CARRY-2).
 
-        With ``goal`` the run drives a goal's rounds, each an ordinary task (SPEC §18)."""
+        ``goal``: a goal's rounds, each an ordinary task (SPEC §18).  ``observer(msg)`` sees each
+        message as emitted, a pass before it is yielded (hosts fanning out); never blocks/raises."""
         self._check_idle()
         goal_run = GoalRun.prepare(self, messages, goal) if goal is not None else None
         self._busy = True
-        run, recv, forget = _new_run(signal, approve, thinking_level)
+        run, recv, forget = _new_run(signal, approve, thinking_level, observer)
         self._active = run
         assert self._tg is not None
         work = self._task(run, list(messages or ())) if goal_run is None else goal_run.drive(run)
@@ -462,13 +463,17 @@ class Session:
 
 
 def _new_run(
-    signal: AbortSignal | None, approve: ApproveFn | None, thinking_level: str | None
+    signal: AbortSignal | None,
+    approve: ApproveFn | None,
+    thinking_level: str | None,
+    observer: Callable[[OmniMessage], None] | None = None,
 ) -> tuple[Run, MemoryObjectReceiveStream[OmniMessage], Callable[[], None]]:
     """A new run with its own signal, which ``signal`` (the caller's) also fires."""
     internal = AbortSignal()
     forget = signal.add_callback(internal.abort) if signal is not None else (lambda: None)
     send, recv = anyio.create_memory_object_stream[OmniMessage](math.inf)
     run = Run(send=send, signal=internal, approve=approve, thinking_level=thinking_level)
+    run.observer = observer
     return run, recv, forget
 
 

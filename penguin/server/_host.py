@@ -378,21 +378,20 @@ class SessionHost:
         thinking_level: str | None,
         goal: GoalOptions | None = None,
     ) -> None:
-        rounds = GoalRounds() if goal is not None else None
         try:
+            # Published as the engine emits each message: under load a record then waits for
+            # one pass of the event loop (to the writers), not two (to this loop, then to them).
             stream = session.run(
                 messages,
                 approve=controls.approver(h, self.announce),
                 signal=h.signal,
                 thinking_level=thinking_level,
                 goal=goal,
+                observer=h.publisher(GoalRounds() if goal is not None else None),
             )
             async with aclosing(stream) as it:
-                async for msg in it:
-                    h.publish(msg)
-                    if rounds is not None:
-                        for kind, data in rounds.events(msg):
-                            h.server_event(kind, **data)
+                async for _ in it:
+                    pass
         except Exception as exc:
             log.exception("task of session %s failed", h.id)
             h.flush()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -19,6 +20,7 @@ import anyio
 
 from engine import DEFAULT_MAX_TURNS, AbortSignal, CompactionSettings, Session
 from eventstore import OmniMessage, TextPayload, ToolCallPayload, file_index
+from penguin._goal import GoalRounds
 
 from ._channel import Channel
 
@@ -102,6 +104,19 @@ class Hosted:
                         self._publish_record(*queue.popleft())
                     return
         self.channel.publish_message(msg)
+
+    def publisher(self, rounds: GoalRounds | None) -> Callable[[OmniMessage], None]:
+        """What the engine calls with each message of a task as it emits it (``observer``):
+        ``publish``, plus the goal's round events when the task is a goal."""
+        if rounds is None:
+            return self.publish
+
+        def publish(msg: OmniMessage) -> None:
+            self.publish(msg)
+            for kind, data in rounds.events(msg):
+                self.server_event(kind, **data)
+
+        return publish
 
     def flush(self) -> None:
         while self.queue:
