@@ -97,8 +97,9 @@ def test_r_srv_6_a_childs_complete_message_closes_its_live_fragment() -> None:
     def kid(msg: OmniMessage) -> OmniMessage:
         return msgspec.structs.replace(msg, origin=["kid"])
 
-    channel.publish_message(b.partial_text("start", "parent so far"))
+    parent = b.partial_text("start", "parent so far")
+    channel.publish_message(parent)
     channel.publish_message(kid(b.partial_text("start", "child so far")))
     assert [m.origin for m in channel.fragments()] == [None, ["kid"]]
     channel.publish_message(kid(b.assistant_text("child so far, done")))
-    assert channel.fragments() == [b.partial_text("start", "parent so far")]
+    assert channel.fragments() == [parent]
