@@ -20,10 +20,6 @@ from ._channel import Channel, Subscriber
 __all__ = ["SSEResponse"]
 
 HEARTBEAT_S: Final = 15.0
-# Well under the 50 ms write->client budget (issue 19), and long enough for a busy server's
-# sessions to push several events each.
-_LINGER_S: Final = 0.004
-_LINGER_BELOW: Final = 32
 _HEADERS: Final = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
@@ -92,11 +88,10 @@ class SSEResponse(Response):
             await sub.wait()
             if not sub.pending:
                 return  # dropped (too slow) or closed: the client reconnects
-            # An HTTP write costs far more than an event, and a session publishes its events
-            # one by one: a short wait lets one write carry what the next few ms produce (a
-            # subscriber already behind has a full batch and does not wait).
-            if len(sub.pending) < _LINGER_BELOW and not sub.dropped:
-                await anyio.sleep(_LINGER_S)
+            # No waiting for more: the engine publishes a session's burst (a turn's stream) in
+            # one step, so one write already carries it, and under load whatever the other
+            # sessions published in the same loop pass; a wait only added a pass to every
+            # event's latency (issue 19).
             self._last_write = anyio.current_time()
             await _chunk(send, sub.take())
 
