@@ -64,7 +64,16 @@ class Run:
         if self.tap is not None:
             self.tap(msg)
         if self.observer is not None:
-            self.observer(msg)
+            try:
+                self.observer(msg)
+            except Exception as exc:
+                # The caller's bug, not the model's: inside the driver it would read as a failed
+                # stream and be retried.  Stop calling it, interrupt the run as a caller who stops
+                # reading would (R-CARRY-2), and raise it out of ``run()`` once the stream ends.
+                self.observer = None
+                if self.error is None:
+                    self.error = exc
+                self.signal.abort()
         if not self.consumer_gone:
             try:
                 self.send.send_nowait(msg)

@@ -311,7 +311,7 @@ class Session:
         """Drive one task and yield its messages (R-RUN-1).  Safe to abandon (R-CARRY-2).
 
         ``goal``: a goal's rounds, each an ordinary task (SPEC §18).  ``observer(msg)`` sees each
-        message as emitted, a pass before it is yielded (hosts fanning out); never blocks/raises."""
+        message as emitted (before it is yielded); must not block; if it raises, run() does too."""
         self._check_idle()
         goal_run = GoalRun.prepare(self, messages, goal) if goal is not None else None
         self._busy = True
