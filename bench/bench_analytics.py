@@ -18,7 +18,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from penguin.cli._cli import app
+from penguin.cli import app
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests" / "support"))
 from fleetkit import generate_fleet

@@ -32,7 +32,7 @@ from typer.testing import CliRunner
 
 from eventstore import OmniMessage, TokenCounts, ToolDefinition, encode_line
 from eventstore import builders as b
-from penguin.cli._cli import app
+from penguin.cli import app
 
 SESSIONS = 2000
 REPEATS = 3

@@ -12,7 +12,7 @@ import gc
 _collecting = gc.isenabled()
 gc.disable()
 try:
-    from ._cli import app, main
+    from ._app import app, main
 finally:
     if _collecting:
         gc.enable()

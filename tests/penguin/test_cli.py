@@ -28,11 +28,11 @@ from eventstore import (
     read_trace,
 )
 from eventstore import builders as b
-from penguin.cli import _live
-from penguin.cli._cli import app
-from penguin.cli._follow import Follower
-from penguin.cli._render import StreamRenderer
-from penguin.cli._safe import safe, safe_json, safe_json_bytes
+from penguin.cli import app
+from penguin.cli.follow import Follower
+from penguin.cli.tasks import live as _live
+from penguin.cli.terminal.safe import safe, safe_json, safe_json_bytes
+from penguin.cli.views.render import StreamRenderer
 from replay._validate import validate_session
 
 FAST: dict[str, Any] = {

@@ -29,8 +29,8 @@ from rich.console import Console
 
 from eventstore import builders as b
 from eventstore import encode_line
-from penguin.cli._labels import request_label, tool_end_label
-from penguin.cli._render import StreamRenderer, coloured
+from penguin.cli.views.labels import request_label, tool_end_label
+from penguin.cli.views.render import StreamRenderer, coloured
 
 PENGUIN = Path(sys.executable).parent / "penguin"
 ESC = "\x1b"

@@ -13,8 +13,8 @@ import typer
 from typer.testing import CliRunner, Result
 
 from eventstore import DataRoot, GoalFinishedPayload, read_trace
-from penguin.cli._cli import app
-from penguin.cli._goal import parse_budget
+from penguin.cli import app
+from penguin.cli.tasks.goal import parse_budget
 from replay._validate import validate_session
 
 SHIPPED = Path(__file__).resolve().parents[2] / "fixtures" / "goal_script.json"

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from eventstore import builders as b
 from eventstore import encode_line, read_trace
 from penguin.cli import app
-from penguin.cli._logs import LIBRARY_LOGGERS, route_library_logs
+from penguin.cli.terminal.logs import LIBRARY_LOGGERS, route_library_logs
 
 
 def test_every_command_routes_the_library_loggers_to_stderr(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from penguin.cli._cli import app
+from penguin.cli import app
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "traces"
 RETRY_GLOB = str(FIXTURES / "retry" / "**" / "*.jsonl")
@@ -51,7 +51,7 @@ def test_library_without_duckdb_raises_with_the_hint(monkeypatch: pytest.MonkeyP
 def test_cli_start_does_not_import_duckdb() -> None:
     """CLI start time matters: DuckDB is imported only when a query runs."""
     code = (
-        "import sys, penguin.cli._cli\n"
+        "import sys, penguin.cli._app\n"
         "assert sys.modules.get('duckdb') is None, 'duckdb imported at CLI start'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

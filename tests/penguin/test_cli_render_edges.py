@@ -14,7 +14,7 @@ from clikit import SID, invoke, meta, trace_file, turn, write_records
 from rich.console import Console
 
 from eventstore import builders as b
-from penguin.cli._render import StreamRenderer
+from penguin.cli.views.render import StreamRenderer
 
 
 def _renderer() -> tuple[StreamRenderer, io.StringIO]:

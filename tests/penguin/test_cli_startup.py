@@ -16,8 +16,9 @@ from clikit import SID, meta, trace_file, turn, write_records
 from typer.testing import CliRunner
 
 from eventstore import builders as b
-from penguin.cli._cli import COMMANDS, app
-from penguin.cli._query import REPORT_NAMES, VIEW_NAMES
+from penguin.cli import app
+from penguin.cli._app import COMMANDS
+from penguin.cli.commands.query import REPORT_NAMES, VIEW_NAMES
 
 # Never needed to print help, list sessions or read a trace: the HTTP client, the snapshot
 # library, the model providers, the server, the analytics engine, pydantic (typer >= 0.29 would
@@ -75,7 +76,7 @@ def loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
 @pytest.mark.parametrize("args", [["--help"], ["sessions", "--help"], ["inspect", "--help"]])
 def test_help_imports_neither_the_library_nor_the_providers(args: list[str]) -> None:
     modules = imported(*args)
-    assert "penguin.cli._cli" in modules  # the probe ran the CLI
+    assert "penguin.cli._app" in modules  # the probe ran the CLI
     assert loaded(modules, NOT_FOR_HELP) == []
 
 
@@ -94,7 +95,7 @@ def test_reading_commands_import_no_provider_client_or_snapshot_library(
     home = tmp_path / "home"
     home.mkdir()
     modules = imported("--home", str(home), *(a.format(home=home) for a in args))
-    assert "penguin.cli._cli" in modules
+    assert "penguin.cli._app" in modules
     assert loaded(modules, NEVER) == []
 
 
@@ -108,11 +109,11 @@ def _library(modules: set[str]) -> list[str]:
 
 
 def test_a_command_loads_its_own_module_and_no_other_command(tmp_path: Path) -> None:
-    """Commands load on first use (``_cli.COMMANDS``): `sessions` imports no other command."""
+    """Commands load on first use (``_app.COMMANDS``): `sessions` imports no other command."""
     modules = imported("--home", str(tmp_path), "sessions")
     commands = {f"penguin.cli.{spec.split(':')[0].lstrip('.')}" for spec in COMMANDS.values()}
-    assert "penguin.cli._sessions" in modules
-    assert sorted(commands & modules) == ["penguin.cli._sessions"]
+    assert "penguin.cli.commands.sessions" in modules
+    assert sorted(commands & modules) == ["penguin.cli.commands.sessions"]
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))
@@ -137,7 +138,7 @@ def test_help_does_not_build_typers_pydantic_adapters() -> None:
 
 def test_sessions_loads_no_library_layer(tmp_path: Path) -> None:
     modules = imported("--home", str(tmp_path), "sessions")
-    assert "penguin.cli._listing" in modules
+    assert "penguin.cli.listing" in modules
     assert _library(modules) == []
 
 
@@ -147,7 +148,7 @@ def test_inspect_loads_the_folds_it_shows_and_nothing_of_replay_or_the_engine(
     home = tmp_path / "home"
     _one_session(home)
     modules = imported("--home", str(home), "inspect", SID)
-    assert "penguin.cli._inspect" in modules  # the session view ran
+    assert "penguin.cli.views.inspect" in modules  # the session view ran
     assert set(_library(modules)) <= {
         "projections",
         "projections._context",

@@ -42,10 +42,10 @@ from eventstore import (
     read_trace,
 )
 from eventstore import builders as b
-from penguin.cli._cli import app
-from penguin.cli._clikit import out_console
-from penguin.cli._inspect import MAX_CHILD_DEPTH
-from penguin.cli._render import StreamRenderer, short_id
+from penguin.cli import app
+from penguin.cli.terminal.console import out_console
+from penguin.cli.views.inspect import MAX_CHILD_DEPTH
+from penguin.cli.views.render import StreamRenderer, short_id
 from replay._validate import validate_session
 
 ESC_2J = "\x1b[2J"

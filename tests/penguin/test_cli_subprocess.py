@@ -309,7 +309,7 @@ def _follow_meta() -> Any:
 def test_follower_tails_appends_and_moves_to_the_rotated_file(tmp_path: Path) -> None:
     """What --follow does on each wake-up, driven step by step (no watcher, no clock): complete
     lines only, then the next ``_NNN`` file once it exists, even while it is still empty."""
-    from penguin.cli._follow import Follower
+    from penguin.cli.follow import Follower
 
     meta = _follow_meta()
     f1, f2 = tmp_path / f"{SID}_001.jsonl", tmp_path / f"{SID}_002.jsonl"

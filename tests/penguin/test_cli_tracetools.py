@@ -8,7 +8,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner, Result
 
-from penguin.cli._cli import app
+from penguin.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT / "fixtures" / "traces"

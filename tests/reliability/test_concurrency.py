@@ -235,7 +235,7 @@ def test_readers_never_see_a_partial_line_while_the_writer_rotates_r_read_2(
 ) -> None:
     """R-READ-2/3, R-TRACE-10/11: readers racing a writer process that rotates."""
     try:
-        from penguin.cli._follow import Follower
+        from penguin.cli.follow import Follower
     except ImportError:  # pragma: no cover - the follower belongs to the CLI
         Follower = None  # type: ignore[assignment,misc]
     writer = subprocess.Popen(

@@ -285,7 +285,7 @@ VALIDATE_PASSES = {"base", "truncated", "escapes_everywhere"}
 def _cli(args: list[str], home: Path, tally: Tally) -> tuple[int, str]:
     from typer.testing import CliRunner
 
-    from penguin.cli._cli import app
+    from penguin.cli import app
 
     result = CliRunner().invoke(app, ["--home", str(home), *args])
     if result.exception is not None and not isinstance(result.exception, SystemExit):

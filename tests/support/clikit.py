@@ -10,7 +10,7 @@ from typer.testing import CliRunner, Result
 
 from eventstore import DataRoot, TokenCounts, encode_line
 from eventstore import builders as b
-from penguin.cli._cli import app
+from penguin.cli import app
 
 SID = "session-2026-07-18-11-10-22-3f8a1c2d"
 DATE = "2026-07-18"

@@ -1,0 +1,341 @@
+"""``penguin chat`` (and ``penguin`` with no command): an interactive chat on a session.
+
+Owns: the chat loop — a prompt_toolkit prompt that stays active while a task streams above it
+(a line typed during a task steers it), the status bar (a spinner with the elapsed time while
+the model or a tool is awaited, the ``[retry]`` countdown, a pending approval), inline approvals
+(``y``/``n``/``a`` typed at the prompt), Ctrl-C (aborts the task; twice in a row at an idle
+prompt quits), the slash commands, and the input history (``<home>/.cache/chat_history``).
+Does not: choose the model (``tasks.model``), render messages (``views.render``) or drive the engine
+beyond ``Session.run/steer/compact/generate_title``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import anyio
+import anyio.abc
+from rich.console import Console
+from rich.text import Text
+
+from engine import LLM, AbortSignal, Approval, GoalOptions, Session
+from engine.llm import ScriptedLLM
+from eventstore import (
+    OmniMessage,
+    PartialTextPayload,
+    PartialThinkingPayload,
+    RequestBeginPayload,
+    RequestEndPayload,
+    SessionMetaPayload,
+    TextPayload,
+    ToolCallPayload,
+)
+from eventstore.builders import user_text
+
+from .errors import CliError
+from .tasks.goal import GoalView, goal_options
+from .tasks.model import ApproveMode
+from .terminal.safe import preview, safe
+from .views.render import StreamRenderer, short_id
+
+if TYPE_CHECKING:
+    from prompt_toolkit import PromptSession
+
+__all__ = ["HELP", "Chat", "parse_slash"]
+
+_SPINNER: Final = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+_QUIT_WINDOW_S: Final = 2.0
+HELP: Final = """\
+Type a task and press Enter; while it runs, a line you type steers it.
+  Ctrl-C      abort the running task (twice at an idle prompt: quit)
+  /compact    compact the context now
+  /goal[:budget] OBJECTIVE   pursue an objective over rounds (budget e.g. 500k)
+  /fork       fork the session at its last completed task and go on in the fork
+  /title      ask the model for a title
+  /sessions   the most recent sessions
+  /help       this help
+  /exit       quit (also Ctrl-D)"""
+
+
+def parse_slash(line: str) -> tuple[str, str, str]:
+    """``/goal:500k fix it`` → ``("goal", "500k", "fix it")``; ``/exit`` → ``("exit", "", "")``."""
+    head, _, rest = line[1:].partition(" ")
+    name, _, option = head.partition(":")
+    return name.lower(), option, rest.strip()
+
+
+@dataclass
+class _Status:
+    """What the status bar shows."""
+
+    waiting_since: float | None = None
+    retry_at: float | None = None
+    approval: str | None = None
+    started: float = field(default_factory=time.monotonic)
+
+
+class Chat:
+    """One chat on an entered ``session``; ``run`` returns when the user quits."""
+
+    def __init__(
+        self,
+        session: Session,
+        llm: LLM,
+        *,
+        approve: ApproveMode,
+        max_turns: int,
+        history: Path | None,
+        list_sessions: Callable[[], list[str]],
+    ) -> None:
+        self.session = session
+        self.llm = llm
+        self.approve_mode: ApproveMode = approve
+        self.max_turns = max_turns
+        self.history = history
+        self._list_sessions = list_sessions
+        self.fork_requested = False
+        self._shown: dict[str, anyio.Event] = {}
+        self.status = _Status()
+        self.cancel: AbortSignal | None = None
+        self._answer: anyio.Event | None = None
+        self._answer_text = ""
+        self._allow_rest = False
+        self._last_interrupt = 0.0
+        self._out: Console | None = None
+
+    # ------------------------------------------------------------------ status bar
+
+    def toolbar(self) -> str:
+        s = self.status
+        now = time.monotonic()
+        if s.approval is not None:
+            return f" approve {s.approval}?  y = yes, n = no, a = all from now on"
+        if s.retry_at is not None and s.retry_at > now:
+            return f" [retry] next attempt in {s.retry_at - now:4.1f} s  (Ctrl-C aborts)"
+        if s.waiting_since is not None:
+            frame = _SPINNER[int(now * 10) % len(_SPINNER)]
+            return f" {frame} working… {now - s.waiting_since:4.1f} s  (Ctrl-C aborts)"
+        if self.cancel is not None:
+            return " running  (type to steer, Ctrl-C aborts)"
+        return f" session {short_id(self.session.id)}  /help for commands"
+
+    def _watch(self, msg: OmniMessage) -> None:
+        """Keep the status bar in step with the stream (top-level messages only)."""
+        if msg.origin is not None:
+            return
+        p = msg.payload
+        if isinstance(p, PartialTextPayload | PartialThinkingPayload):
+            self.status.waiting_since = None
+        elif isinstance(p, RequestBeginPayload):
+            self.status.waiting_since = time.monotonic()
+            self.status.retry_at = None
+        elif isinstance(p, ToolCallPayload):
+            self.status.waiting_since = time.monotonic()
+        elif isinstance(p, RequestEndPayload) and p.retry_in_ms is not None:
+            self.status.retry_at = time.monotonic() + p.retry_in_ms / 1000
+        elif isinstance(p, TextPayload) and p.role == "assistant":
+            self.status.waiting_since = None
+
+    # ------------------------------------------------------------------ approvals
+
+    async def approve(self, call: OmniMessage) -> Approval:
+        if self.approve_mode == "allow-all" or self._allow_rest:
+            return "allow"
+        if self.approve_mode in ("deny-all", "refuse"):
+            return "deny"
+        p = call.payload
+        name, args = (p.name, p.arguments) if isinstance(p, ToolCallPayload) else ("?", "")
+        if isinstance(p, ToolCallPayload):
+            # Ask once the stream has shown the call (the text before it is on screen first);
+            # a call the stream never shows is asked about after a short wait anyway.
+            with anyio.move_on_after(1.0):
+                await self._shown.setdefault(p.tool_call_id, anyio.Event()).wait()
+        self.status.approval = f"{preview(name, 40)} {preview(args, 80)}"
+        self._print(Text(f"[approve] {self.status.approval} — y / n / a", style="magenta bold"))
+        self._answer = anyio.Event()
+        cancel = self.cancel
+        try:
+            async with anyio.create_task_group() as tg:
+
+                async def on_cancel() -> None:
+                    if cancel is not None:
+                        await cancel.wait()
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(on_cancel)
+                await self._answer.wait()
+                tg.cancel_scope.cancel()
+        finally:
+            self.status.approval = None
+            self._answer = None
+        answer = self._answer_text.strip().lower()
+        if answer in ("a", "all"):
+            self._allow_rest = True
+        return "allow" if answer in ("y", "yes", "a", "all") else "deny"
+
+    # ------------------------------------------------------------------ output
+
+    def _print(self, text: Text) -> None:
+        if self._out is not None:
+            self._out.print(text, soft_wrap=True)
+
+    # ------------------------------------------------------------------ tasks
+
+    async def _task(self, message: str | None, goal: GoalOptions | None) -> None:
+        assert self._out is not None
+        out = self._out
+        renderer = StreamRenderer(out)
+        view = GoalView(out, start_tokens=0) if goal is not None else None
+        cancel = self.cancel = AbortSignal()
+        self.status.waiting_since = time.monotonic()
+        prompt = None if message is None else [user_text(message)]
+        try:
+            stream = self.session.run(prompt, approve=self.approve, signal=cancel, goal=goal)
+            async for msg in stream:
+                self._watch(msg)
+                if view is not None and view.take(msg):
+                    continue
+                renderer.feed(msg)
+                p = msg.payload
+                if msg.origin is None and isinstance(p, ToolCallPayload):
+                    self._shown.setdefault(p.tool_call_id, anyio.Event()).set()
+        finally:
+            renderer.close()
+            self.cancel = None
+            self.status = _Status()
+        state = self.session.state
+        self._print(
+            Text(
+                f"({state.turns_total} turn(s); session tokens {state.session_tokens.total})",
+                style="dim",
+            )
+        )
+
+    async def _slash(self, line: str, tg: anyio.abc.TaskGroup) -> bool:
+        """Run a slash command; False to quit."""
+        name, option, rest = parse_slash(line)
+        busy = self.cancel is not None
+        if name in ("exit", "quit"):
+            return False
+        if name == "help":
+            self._print(Text(HELP))
+        elif busy:
+            self._print(Text(f"/{name}: wait for the task to end (or Ctrl-C)", style="yellow"))
+        elif name == "compact":
+            status = await self.session.compact()
+            self._print(Text(f"[compact] {status or 'nothing to compact'}", style="cyan"))
+        elif name == "goal":
+            try:
+                goal = goal_options(goal=True, budget=option or None, message=rest)
+            except (CliError, ValueError) as exc:
+                self._print(Text(f"/goal: {safe(str(exc))}", style="red"))
+                return True
+            if not rest:
+                self._print(Text("/goal needs an objective: /goal[:budget] OBJECTIVE", style="red"))
+                return True
+            tg.start_soon(self._task, rest, goal)
+        elif name == "title":
+            title = await self.session.generate_title()
+            self._print(Text(f"title: {safe(title or '(none)', keep_newlines=False)}"))
+        elif name == "sessions":
+            for row in self._list_sessions():
+                self._print(Text(row))
+        elif name == "fork":
+            self.fork_requested = True  # the session is closed first: a fork needs it unlocked
+            return False
+        else:
+            self._print(Text(f"unknown command /{safe(name)} (/help lists them)", style="red"))
+        return True
+
+    async def _line(self, line: str, tg: anyio.abc.TaskGroup) -> bool:
+        """Handle one submitted line; False to quit."""
+        if self._answer is not None:
+            self._answer_text = line
+            self._answer.set()
+            return True
+        if line.startswith("/"):
+            return await self._slash(line, tg)
+        if not line.strip():
+            return True
+        if self.cancel is not None:
+            steered = self.session.steer([user_text(line)])
+            note = (
+                "[steer] sent to the running task"
+                if steered
+                else "[steer] the task is ending: send it again when it has"
+            )
+            self._print(Text(note, style="cyan"))
+            return True
+        tg.start_soon(self._task, line, None)
+        return True
+
+    def _interrupt(self) -> bool:
+        """Ctrl-C at the prompt: abort the task, or (twice at an idle prompt) quit."""
+        now = time.monotonic()
+        if self.cancel is not None:
+            self.cancel.abort("interrupted from the chat")
+            if self._answer is not None:
+                self._answer_text = "n"
+                self._answer.set()
+            self._print(Text("[interrupt] aborting the task…", style="yellow"))
+            return True
+        if now - self._last_interrupt < _QUIT_WINDOW_S:
+            return False
+        self._last_interrupt = now
+        self._print(Text("(Ctrl-C again, Ctrl-D or /exit to quit)", style="dim"))
+        return True
+
+    async def run(self) -> None:
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.history import FileHistory, InMemoryHistory
+        from prompt_toolkit.patch_stdout import patch_stdout
+
+        history = FileHistory(str(self.history)) if self.history is not None else InMemoryHistory()
+        prompt: PromptSession[str] = PromptSession(
+            history=history, bottom_toolbar=self.toolbar, refresh_interval=0.1
+        )
+        if isinstance(self.llm, ScriptedLLM):
+            self.llm.bind(self.session)
+        with patch_stdout(raw=True):
+            self._out = Console(
+                file=sys.stdout,
+                highlight=False,
+                markup=False,
+                emoji=False,
+                force_terminal=True,
+                no_color=bool(os.environ.get("NO_COLOR")),
+            )
+            meta = self.session.meta.payload
+            model = (
+                f"{meta.provider}/{meta.model_id}" if isinstance(meta, SessionMetaPayload) else "?"
+            )
+            self._print(
+                Text(
+                    f"penguin chat — {safe(model)}, session {self.session.id}  (/help)",
+                    style="bold",
+                )
+            )
+            async with anyio.create_task_group() as tg:
+                await self._loop(prompt, tg)
+                if self.cancel is not None:
+                    self.cancel.abort("the chat ended")
+            self._out = None
+
+    async def _loop(self, prompt: PromptSession[str], tg: anyio.abc.TaskGroup) -> None:
+        while True:
+            try:
+                line = await prompt.prompt_async("› ")
+            except KeyboardInterrupt:
+                if not self._interrupt():
+                    return
+                continue
+            except EOFError:
+                return
+            if not await self._line(line, tg):
+                return

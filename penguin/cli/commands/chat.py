@@ -1,0 +1,251 @@
+"""``penguin chat [SESSION]``: the interactive chat on a new or resumed session.
+
+Owns: the command — checking for a terminal, choosing the model (a resumed session keeps its
+recorded one), creating or resuming the session, and handing it to ``Chat``.  Does not: run
+the chat loop (``chat``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from penguin.cli.config import load_config
+from penguin.cli.errors import CliError, errors_to_exit_codes
+from penguin.cli.globalopts import Globals, globals_of
+from penguin.cli.options import (
+    ApproveOpt,
+    BaseUrlOpt,
+    ChangeModelOpt,
+    KeyEnvOpt,
+    LlmOpt,
+    MaxTurnsOpt,
+    ModelOpt,
+    ScriptOpt,
+)
+from penguin.cli.terminal.safe import safe
+
+from .run import DEFAULT_SYSTEM_PROMPT
+
+if TYPE_CHECKING:
+    from engine import LLM, Session
+    from eventstore import DataRoot
+    from penguin.cli.tasks.model import LlmOptions
+
+__all__ = ["chat", "open_chat"]
+
+
+def chat(
+    ctx: typer.Context,
+    session_id: Annotated[
+        str | None,
+        typer.Argument(
+            help="Resume this session (id, unique prefix or short id) [default: a new one].",
+            show_default=False,
+            metavar="SESSION",
+        ),
+    ] = None,
+    script: ScriptOpt = None,
+    llm: LlmOpt = None,
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    api_key_env: KeyEnvOpt = None,
+    change_model: ChangeModelOpt = False,
+    workspace: Annotated[
+        Path | None,
+        typer.Option(
+            "--workspace",
+            help="Directory the tools work in [default: the current directory, or the "
+            "resumed session's].",
+            show_default=False,
+        ),
+    ] = None,
+    approve: ApproveOpt = None,
+    max_turns: MaxTurnsOpt = None,
+) -> None:
+    """Chat with the agent: `penguin` with no command opens this on a new session.
+
+    Streams the answer, shows a spinner while the model or a tool is awaited, asks before each
+    tool call (y/n/a at the prompt), and lets you steer a running task by typing.  Ctrl-C
+    aborts the task; twice at an idle prompt quits.  Slash commands: /compact, /goal[:budget]
+    OBJECTIVE, /fork, /title, /sessions, /help, /exit.
+    """
+    with errors_to_exit_codes():
+        from penguin.cli.tasks.model import LlmOptions
+
+        opts = LlmOptions(
+            script, llm.value if llm else None, model, base_url, api_key_env, change_model
+        )
+        open_chat(
+            globals_of(ctx),
+            session_id,
+            opts,
+            workspace=workspace,
+            approve=approve.value if approve else None,
+            max_turns=max_turns,
+        )
+
+
+def open_chat(
+    g: Globals,
+    session_id: str | None,
+    opts: LlmOptions,
+    *,
+    workspace: Path | None = None,
+    approve: str | None = None,
+    max_turns: int | None = None,
+) -> None:
+    import anyio
+
+    from penguin.cli.targets import resolve_session_id
+    from penguin.cli.tasks.model import build_llm, check_same_model, choose_approve, choose_model
+    from penguin.cli.tasks.task import checked_turns, checked_workspace
+
+    from .resume import load
+
+    if not sys.stdin.isatty():
+        raise CliError(
+            "penguin chat needs a terminal (stdin is not one): use `penguin run -m TEXT` "
+            "for one task"
+        )
+    turns = checked_turns(max_turns)
+    config = load_config(g.root().home)
+    if session_id is None:
+        choice = choose_model(opts, config=config)
+        ws = checked_workspace(workspace or Path.cwd())
+        root = g.writable_root()
+        recorded = None
+    else:
+        sid = resolve_session_id(g, session_id)
+        loaded = load(g, sid)
+        meta = loaded.meta_payload
+        recorded = (meta.provider, meta.model_id)
+        choice = choose_model(opts, config=config, recorded=recorded, session_id=sid)
+        ws = checked_workspace(
+            workspace or Path(meta.workspace), hint=" (pass --workspace DIR to use another)"
+        )
+        root = g.writable_root()
+    model_llm = build_llm(choice)
+    if recorded is not None:
+        check_same_model(
+            choice, model_llm, recorded=recorded, session_id=sid, allow=opts.change_model
+        )
+    mode = choose_approve(approve, scripted=choice.script is not None, config=config)
+    anyio.run(_chat, g, root, session_id and sid, model_llm, ws, mode, turns)
+
+
+async def _chat(
+    g: Globals,
+    root: DataRoot,
+    session_id: str | None,
+    model_llm: LLM,
+    ws: Path,
+    mode: str,
+    turns: int,
+) -> None:
+    """Open the session, chat; after ``/fork``, fork it and go on chatting in the fork."""
+    from rich.text import Text
+
+    from penguin.cli.chat import Chat
+    from penguin.cli.tasks.model import close_llm
+    from penguin.cli.terminal.console import err_console, out_console
+
+    history = root.home / ".cache" / "chat_history"
+    history.parent.mkdir(mode=0o700, exist_ok=True)
+    try:
+        while True:
+            session = await _open(g, root, session_id, model_llm, ws, turns)
+            async with session:
+                chat = Chat(
+                    session,
+                    model_llm,
+                    approve=mode,  # type: ignore[arg-type]
+                    max_turns=turns,
+                    history=history,
+                    list_sessions=lambda: _recent(g, root),
+                )
+                await chat.run()
+            if not chat.fork_requested:
+                return
+            session_id = session.id
+            try:
+                session_id = _fork_here(root, session)
+            except (CliError, ValueError, LookupError, OSError) as exc:
+                err_console().print(Text(f"/fork: {safe(str(exc))}", style="red"), soft_wrap=True)
+                continue
+            out_console().print(
+                Text(f"forked: {session_id}; the chat goes on in the fork", style="cyan"),
+                soft_wrap=True,
+            )
+    finally:
+        await close_llm(model_llm)
+
+
+async def _open(
+    g: Globals, root: DataRoot, session_id: str | None, llm: LLM, ws: Path, turns: int
+) -> Session:
+    from engine import Session
+    from eventstore import DEFAULT_AGENT, DEFAULT_PROJECT
+    from penguin.cli.diagnose import quiet_reader
+    from penguin.cli.tasks.live import build_compaction, environment_for
+    from replay import resume_session
+
+    environment = environment_for(llm, ws)
+    compaction = build_compaction(
+        max_context_length=None, max_session_turns=None, compaction_mode=None
+    )
+    if session_id is None:
+        return await Session.create(
+            llm=llm,
+            environment=environment,
+            root=root,
+            workspace=ws,
+            system_prompt=DEFAULT_SYSTEM_PROMPT,
+            project=g.project or DEFAULT_PROJECT,
+            agent=g.agent or DEFAULT_AGENT,
+            compaction=compaction,
+            max_turns=turns,
+        )
+    location = root.locate(session_id, project=g.project, agent=g.agent)
+    with quiet_reader():
+        return await resume_session(
+            root,
+            session_id,
+            llm=llm,
+            environment=environment,
+            workspace=ws,
+            project=location.project,
+            agent=location.agent,
+            compaction=compaction,
+            max_turns=turns,
+        )
+
+
+def _recent(g: Globals, root: DataRoot) -> list[str]:
+    from penguin.cli.listing import list_sessions
+    from penguin.cli.views.render import short_id
+
+    rows = list_sessions(root, project=g.project, agent=g.agent, limit=10, top_level=True)
+    return [
+        f"  {short_id(r.session_id)}  {r.status:<12} {(r.first_prompt or '')[:50]}" for r in rows
+    ]
+
+
+def _fork_here(root: DataRoot, session: Session) -> str:
+    """Fork at the last assistant text of the session's latest file (a completed task)."""
+    from eventstore import TextPayload
+    from penguin.cli.views.inspect import read_numbered
+    from replay import fork_session
+
+    numbered = read_numbered(session.trace_path)
+    at = None
+    for ordinal, (_line, record) in enumerate(numbered.records):
+        p = record.payload
+        if record.origin is None and isinstance(p, TextPayload) and p.role == "assistant":
+            at = (numbered.index, ordinal)
+    if at is None:
+        raise CliError("nothing to fork yet: no task has completed in this file")
+    return fork_session(root, session.id, at=at)

@@ -1,0 +1,133 @@
+"""``penguin serve`` (SPEC §19): the HTTP server over this data root.
+
+Owns: the command's options (bind, token, the model options of ``penguin run``, the default
+approval mode of new sessions) and turning them into ``penguin.server.serve``.  Does not: serve
+(``penguin.server``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from penguin.cli.config import load_config
+from penguin.cli.errors import CliError, errors_to_exit_codes
+from penguin.cli.globalopts import globals_of, workspace_dir
+from penguin.cli.options import (
+    ApproveChoice,
+    BaseUrlOpt,
+    FsyncChoice,
+    KeyEnvOpt,
+    LlmOpt,
+    ModelOpt,
+    ScriptOpt,
+)
+from penguin.cli.terminal.safe import safe
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = ["serve"]
+
+_FsyncOpt = Annotated[
+    FsyncChoice,
+    typer.Option(
+        "--fsync",
+        help="When session traces are made durable (R-TRACE-16): turn (at every turn's end), "
+        "always (every record), rotate or never (faster; a crash of the machine may lose the "
+        "last records).",
+        case_sensitive=False,
+    ),
+]
+
+
+def serve(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to bind.")] = 7364,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            help="The API token [default: $PENGUIN_SERVER_TOKEN, else <home>/server-token, "
+            "generated at first start].  Required to bind a non-loopback address.",
+            show_default=False,
+        ),
+    ] = None,
+    workspace: Annotated[
+        Path | None,
+        typer.Option(
+            "--workspace",
+            "-w",
+            help="Default workspace of new sessions [default: the current directory].",
+            show_default=False,
+        ),
+    ] = None,
+    approve: Annotated[
+        ApproveChoice,
+        typer.Option(
+            "--approve",
+            help="Default approval mode of new sessions: ask (answer over HTTP), allow-all, "
+            "deny-all.",
+            case_sensitive=False,
+        ),
+    ] = ApproveChoice.ask,
+    script: ScriptOpt = None,
+    llm: LlmOpt = None,
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    api_key_env: KeyEnvOpt = None,
+    fsync: _FsyncOpt = FsyncChoice.turn,
+) -> None:
+    """Serve sessions over HTTP with a lossless event stream (Ctrl-C or SIGTERM to stop).
+
+    Prints the login URL (http://HOST:PORT/#token=...).  Programs send
+    `Authorization: Bearer <token>`; see the README's "Server" section for the routes.
+    """
+    from penguin.cli.tasks.live import environment_for
+    from penguin.cli.tasks.model import LlmOptions, build_llm, choose_model
+
+    with errors_to_exit_codes():
+        server_error, run_server = _server_module()
+        g = globals_of(ctx)
+        options = LlmOptions(script, llm.value if llm else None, model, base_url, api_key_env)
+        # The configured model, else exit 2: a server never falls back to a demo script.
+        choice = choose_model(options, config=load_config(g.root().home))
+        build_llm(choice)  # fail at start on a bad script or a missing key
+
+        def llm_factory(requested: str | None) -> object:
+            if requested is not None and choice.script is None:
+                return build_llm(replace(choice, model=requested))
+            return build_llm(choice)
+
+        ws = workspace_dir((workspace or Path.cwd()).expanduser())
+        try:
+            run_server(
+                g.root(),
+                host=host,
+                port=port,
+                token=token,
+                llm_factory=llm_factory,
+                environment_factory=lambda m, w: environment_for(m, w),
+                workspace=ws,
+                approval=approve.value,
+                fsync=fsync.value,
+            )
+        except server_error as exc:
+            raise CliError(safe(str(exc))) from None
+
+
+def _server_module() -> tuple[type[Exception], Any]:
+    """``penguin.server``'s error root and ``serve``; exit 2 when the extra is missing."""
+    try:
+        from penguin.server import ServerError
+        from penguin.server import serve as run_server
+    except ImportError as exc:  # the `server` extra is not installed
+        raise CliError(
+            f"penguin serve needs the server extra: pip install 'penguin-engine[server]' "
+            f"({safe(str(exc))})"
+        ) from None
+    return ServerError, run_server

@@ -1,0 +1,120 @@
+"""The user's settings file ``<home>/config.toml``.
+
+Owns: reading it (stdlib ``tomllib``), checking its keys and values, and writing it back as one
+flat ``[defaults]`` table of strings.  Does not: hold secrets — an API key is never stored, only
+the name of the environment variable that holds it (``api_key_env``).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from .errors import CliError
+from .terminal.safe import safe
+
+__all__ = ["CONFIG_KEYS", "Config", "config_path", "load_config", "save_config"]
+
+CONFIG_NAME: Final = "config.toml"
+_TABLE: Final = "defaults"
+CONFIG_KEYS: Final[dict[str, str]] = {
+    "provider": "default model provider: openai or anthropic",
+    "model": "default model name (e.g. gpt-4o)",
+    "base_url": "API base URL (e.g. a local OpenAI-compatible server)",
+    "api_key_env": "name of the environment variable holding the API key",
+    "approve": "tool approval when not given on the command line: ask, allow-all or deny-all",
+}
+_CHOICES: Final[dict[str, tuple[str, ...]]] = {
+    "provider": ("openai", "anthropic"),
+    "approve": ("ask", "allow-all", "deny-all"),
+}
+# Names that look like a secret: refused with a pointer to api_key_env.
+_SECRET_HINTS: Final = ("api_key", "apikey", "key", "token", "secret", "password")
+
+
+@dataclass(slots=True)
+class Config:
+    """The ``[defaults]`` table; every value a non-empty string."""
+
+    path: Path
+    values: dict[str, str] = field(default_factory=dict)
+
+    def get(self, key: str) -> str | None:
+        return self.values.get(key)
+
+
+def config_path(home: Path) -> Path:
+    return home / CONFIG_NAME
+
+
+def load_config(home: Path) -> Config:
+    """The settings of ``home``; an absent file is an empty configuration.  A malformed file or
+    an unknown key is an input error naming the file (and the line, for TOML syntax)."""
+    path = config_path(home)
+    shown = safe(str(path), keep_newlines=False)
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        return Config(path)
+    except IsADirectoryError:
+        raise CliError(f"{shown}: is a directory, not a config file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise CliError(f"{shown}: not valid TOML: {exc}") from None
+    table = data.get(_TABLE, {})
+    if not isinstance(table, dict) or set(data) - {_TABLE}:
+        raise CliError(f"{shown}: expected only a [{_TABLE}] table of settings")
+    values: dict[str, str] = {}
+    for key, value in table.items():
+        check_setting(key, value, where=shown)
+        values[key] = value
+    return Config(path, values)
+
+
+def check_setting(key: str, value: object, *, where: str = "config") -> None:
+    if key not in CONFIG_KEYS:
+        if any(hint in key.lower() for hint in _SECRET_HINTS):
+            raise CliError(
+                f"{where}: API keys are never stored in the config file; set api_key_env to the "
+                "name of the environment variable that holds the key"
+            )
+        known = ", ".join(CONFIG_KEYS)
+        raise CliError(f"{where}: unknown setting {safe(key)!r} (settings: {known})")
+    if not isinstance(value, str) or not value.strip():
+        raise CliError(f"{where}: {key} must be a non-empty string")
+    choices = _CHOICES.get(key)
+    if choices is not None and value not in choices:
+        raise CliError(f"{where}: {key} must be one of {', '.join(choices)}, not {safe(value)!r}")
+
+
+def _quote(value: str) -> str:
+    """A TOML basic string (the values are short settings, so escaping is simple)."""
+    out = ['"']
+    for ch in value:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def save_config(config: Config) -> None:
+    """Write atomically (a temporary file renamed over the old one), mode 0600."""
+    lines = [f"[{_TABLE}]"]
+    lines += [f"{key} = {_quote(config.values[key])}" for key in sorted(config.values)]
+    text = "\n".join(lines) + "\n"
+    config.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = config.path.with_name(f".{CONFIG_NAME}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, text.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, config.path)

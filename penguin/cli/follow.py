@@ -1,0 +1,148 @@
+"""``penguin inspect --follow``: tail a live session's trace.
+
+Owns: watching the directory of the session's latest file with watchfiles, reading appended
+bytes from a byte offset, printing only complete lines (a partial last line waits for its
+newline), noticing a truncated tail (a resumed writer cuts a torn line, R-TRACE-14) and moving
+to the next ``_NNN`` file when the session rotates.  Does not: take locks or write anything.
+Ends on Ctrl-C (exit 0) or when ``stop`` is set.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+import anyio
+from watchfiles import awatch
+
+from eventstore import OmniMessage
+
+from .tracefiles import trace_name
+from .views.inspect import decode_line
+
+__all__ = ["Follower", "follow"]
+
+# watchfiles wakes us on changes; this timeout makes us look anyway now and then, in case an
+# event was missed (network file systems, inotify limits).
+_RESCAN_MS: Final = 1000
+_READ_BYTES: Final = 1 << 20
+
+
+class Follower:
+    """Reads a session's files from byte offsets; calls ``emit`` for each new record with its
+    ``file:ordinal`` coordinate and line number."""
+
+    def __init__(self, path: Path, emit: Callable[[int, int, int, OmniMessage], None]) -> None:
+        self.path = path
+        self._emit = emit
+        name = trace_name(path)
+        self._session = name[0] if name else None
+        self.index = name[1] if name else 1
+        self._width = len(path.name) - len(f"{self._session}_.jsonl") if name else 3
+        self._offset = 0
+        self._partial = b""
+        self._line = 0
+        self._ordinal = 0
+
+    def _next_path(self) -> Path | None:
+        if self._session is None:
+            return None
+        width = max(3, self._width)
+        return self.path.with_name(f"{self._session}_{self.index + 1:0{width}d}.jsonl")
+
+    def poll(self) -> None:
+        """Print what was appended since the last call, then follow any rotation."""
+        self._drain()
+        while True:
+            nxt = self._next_path()
+            if nxt is None or not nxt.exists():
+                return
+            self._drain()  # the old file is final once its successor exists
+            if self._partial.strip():
+                print(
+                    f"[follow] {self.path.name}: its last line never ended (torn tail); skipped",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            self.path = nxt
+            self.index += 1
+            self._offset = 0
+            self._partial = b""
+            self._line = 0
+            self._ordinal = 0
+            self._drain()
+
+    def _drain(self) -> None:
+        try:
+            size = os.stat(self.path).st_size
+        except FileNotFoundError:
+            return
+        if size < self._offset:
+            # Only an unterminated tail is ever cut (R-TRACE-14): drop what of it we held.
+            start = self._offset - len(self._partial)
+            self._partial = self._partial[: max(0, size - start)]
+            self._offset = size
+        if size == self._offset:
+            return
+        with open(self.path, "rb") as f:
+            f.seek(self._offset)
+            while True:
+                chunk = f.read(_READ_BYTES)
+                if not chunk:
+                    break
+                self._offset += len(chunk)
+                data = self._partial + chunk
+                *lines, self._partial = data.split(b"\n")
+                for raw in lines:
+                    self._line += 1
+                    if self._line == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                        raw = raw[3:]
+                    record = decode_line(raw)
+                    if record is None:
+                        if raw.strip():
+                            print(
+                                f"[follow] {self.path.name}:{self._line}: malformed line skipped",
+                                file=sys.stderr,
+                                flush=True,
+                            )
+                        continue
+                    self._emit(self.index, self._ordinal, self._line, record)
+                    self._ordinal += 1
+
+
+async def follow(
+    path: Path,
+    emit: Callable[[int, int, int, OmniMessage], None],
+    *,
+    stop: anyio.Event | None = None,
+) -> None:
+    """Emit every record of ``path`` and of the files it rotates to, until Ctrl-C or ``stop``."""
+    stop = stop or anyio.Event()
+    follower = Follower(path, emit)
+    async with anyio.create_task_group() as tg:
+
+        async def on_interrupt(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                task_status.started()
+                async for _ in signals:
+                    stop.set()
+                    return
+
+        # Ctrl-C is handled before the first record is printed: whoever saw output can stop us.
+        await tg.start(on_interrupt)
+        follower.poll()
+        async for _changes in awatch(
+            path.parent,
+            stop_event=stop,
+            rust_timeout=_RESCAN_MS,
+            yield_on_timeout=True,
+            recursive=False,
+            debounce=200,
+            step=20,
+        ):
+            follower.poll()
+        tg.cancel_scope.cancel()

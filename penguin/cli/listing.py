@@ -1,0 +1,235 @@
+"""Finding sessions: the listing behind ``penguin sessions``, "the latest session", and id
+prefixes.
+
+Owns: one walk of the data root (``DataRoot.sessions``), then one read of each listed
+session's own files — never a search of the tree per session, so listing stays linear in the
+number of sessions; a session whose files have not changed since the last listing is not read
+again (``listcache``) — the listing's per-session summary (status, turns, first prompt, parent),
+ordering by last activity, and resolving a unique id prefix.  Does not: print (``commands.sessions``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+from eventstore import (
+    DataRoot,
+    Diagnostic,
+    SessionInfo,
+    SessionMetaPayload,
+    SubagentPayload,
+    TextPayload,
+    ToolListReadyPayload,
+    file_index,
+    scan_trace,
+)
+
+from .diagnose import wrong_type
+from .listcache import Cached, FileKey, ListCache, file_keys
+
+if TYPE_CHECKING:
+    from projections import SessionState
+
+__all__ = ["SessionRow", "holder_alive", "list_sessions", "summarize"]
+
+_PROMPT_CHARS: Final = 200
+
+
+@dataclass(slots=True)
+class SessionRow:
+    """One listed session.  ``status``: completed, failed, aborted, timeout… (the last
+    request's), ``interrupted`` (a request or task left open by a crash), ``running`` (open,
+    and the lock's holder is alive), ``new`` (no request yet) or ``unreadable``."""
+
+    info: SessionInfo
+    active: float
+    latest: Path
+    status: str = "new"
+    records: int = 0
+    turns: int = 0
+    first_prompt: str | None = None
+    workspace: str | None = None
+    last_request_status: str | None = None
+    task_running: bool = False
+    is_child: bool = False
+    open: bool = False
+    parent: str | None = None
+    children: list[str] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def session_id(self) -> str:
+        return self.info.session_id
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def holder_alive(lock: Path) -> bool:
+    try:
+        pid = int(lock.read_text(encoding="ascii", errors="replace").split()[0])
+    except (OSError, ValueError, IndexError):
+        return False
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _fold_file(row: SessionRow, state: SessionState, path: Path, *, last: bool) -> None:
+    kinds: set[str] = set()
+    for item in scan_trace(path):
+        if isinstance(item, Diagnostic):
+            row.diagnostics.append(item)
+            continue
+        line, record = item
+        why = wrong_type(record)
+        if why is not None:
+            row.diagnostics.append(Diagnostic(path, line, "malformed", why))
+            continue
+        p = record.payload
+        if isinstance(p, SessionMetaPayload):
+            kinds.add("session_meta")
+            row.is_child = row.is_child or p.source == "subagent"
+            row.workspace = row.workspace or p.workspace
+        elif not isinstance(p, ToolListReadyPayload):
+            kinds.add("other")
+        if record.origin is None:
+            if isinstance(p, SubagentPayload):
+                row.children.append(p.session_id)
+            elif row.first_prompt is None and isinstance(p, TextPayload) and p.role == "user":
+                row.first_prompt = p.text[:_PROMPT_CHARS]
+        state.apply(record)
+    residue = "session_meta" not in kinds or ((file_index(path) or 1) > 1 and "other" not in kinds)
+    if last and residue:
+        row.diagnostics.append(
+            Diagnostic(path, 1, "empty_file", "crash residue (R-ROOT-10): ignored")
+        )
+
+
+def summarize(info: SessionInfo, active: float | None = None) -> SessionRow:
+    """Read the session's own files once (no search of the root)."""
+    from projections import SessionState
+
+    files = info.files
+    active = _mtime(files[-1]) if active is None else active
+    row = SessionRow(info=info, active=active, latest=files[-1])
+    state = SessionState()
+    try:
+        for position, path in enumerate(files, start=1):
+            _fold_file(row, state, path, last=position == len(files))
+    except OSError as exc:
+        row.status, row.error = "unreadable", str(exc)
+        return row
+    row.records, row.turns = state.records, state.turns_total
+    row.last_request_status = state.last_request_status
+    row.task_running = state.task_running
+    if any(d.kind == "empty_file" for d in row.diagnostics) and len(files) > 1:
+        row.latest = files[-2]
+    row.open = state.open_request or state.open_compaction is not None or state.task_running
+    if state.last_request_status is not None:
+        row.status = str(state.last_request_status)
+    _open_status(row)
+    return row
+
+
+def _open_status(row: SessionRow) -> None:
+    """A session left open is ``running`` while its lock's holder lives, else ``interrupted``
+    (decided at each listing, never cached)."""
+    if row.open and row.error is None:
+        lock = row.latest.parent / f"{row.session_id}.lock"
+        row.status = "running" if holder_alive(lock) else "interrupted"
+
+
+def _to_cached(row: SessionRow, keys: list[FileKey]) -> Cached:
+    return Cached(
+        files=keys,
+        status=row.status if not row.open else "new",
+        open=row.open,
+        records=row.records,
+        turns=row.turns,
+        first_prompt=row.first_prompt,
+        workspace=row.workspace,
+        last_request_status=row.last_request_status,
+        task_running=row.task_running,
+        is_child=row.is_child,
+        children=row.children,
+        diagnostics=[(str(d.path), d.line, d.kind, d.detail) for d in row.diagnostics],
+        latest=str(row.latest),
+        error=row.error,
+    )
+
+
+def _from_cached(info: SessionInfo, c: Cached) -> SessionRow:
+    row = SessionRow(
+        info=info,
+        active=c.files[-1][2] / 1e9,
+        latest=next((f for f in reversed(info.files) if str(f) == c.latest), info.files[-1]),
+        status=c.last_request_status or "new" if c.open else c.status,
+        records=c.records,
+        turns=c.turns,
+        first_prompt=c.first_prompt,
+        workspace=c.workspace,
+        last_request_status=c.last_request_status,
+        task_running=c.task_running,
+        is_child=c.is_child,
+        open=c.open,
+        children=list(c.children),
+        diagnostics=[Diagnostic(Path(p), n, k, d) for p, n, k, d in c.diagnostics],  # type: ignore[arg-type]
+        error=c.error,
+    )
+    _open_status(row)
+    return row
+
+
+def list_sessions(
+    root: DataRoot,
+    *,
+    project: str | None = None,
+    agent: str | None = None,
+    limit: int | None = None,
+    top_level: bool = False,
+    save: bool = False,
+) -> list[SessionRow]:
+    """Sessions by last activity (the latest file's modification time), newest first.
+
+    Only the ``limit`` most recently active are read; with ``top_level`` subagent children
+    are left out (they are then read to tell, so ``limit`` counts top-level sessions).  Only
+    with ``save`` (``penguin sessions``) is the summary cache written back."""
+    infos = root.sessions(project=project, agent=agent)
+    keyed = [(file_keys(i.files), i) for i in infos]
+    by_activity = sorted(
+        keyed, key=lambda t: (t[0][-1][2] if t[0] else 0, t[1].session_id), reverse=True
+    )
+    cache = ListCache(root.home)
+    rows: list[SessionRow] = []
+    for keys, info in by_activity:
+        if limit is not None and len(rows) >= limit:
+            break
+        name = f"{info.project}/{info.agent}/{info.session_id}"
+        hit = cache.get(name, keys) if keys is not None else None
+        if hit is not None:
+            row = _from_cached(info, hit)
+        else:
+            row = summarize(info, keys[-1][2] / 1e9 if keys else 0.0)
+            if keys is not None and row.error is None:
+                cache.put(name, _to_cached(row, keys))
+        if top_level and row.is_child:
+            continue
+        rows.append(row)
+    if save:
+        cache.save(complete=limit is None and project is None and agent is None)
+    return rows

@@ -1,0 +1,469 @@
+"""Driving one task from the terminal: ``penguin run`` and ``penguin resume -m`` (R-CLI-1/2).
+
+Owns: choosing the environment, the approval callback (``allow-all``, ``deny-all``, ``ask`` —
+y/n read from stdin in a daemon thread — or ``refuse``, deny with a notice), Ctrl-C
+handling (first → the run's ``AbortSignal``, second → exit 130 at once), the live ``[retry]``
+countdown on a terminal's stderr, streaming the run as a rendering or as JSON lines, and the
+``--subagents`` host (a ``SessionSubagentRunner`` whose children get the same kind of model).
+Does not: implement any engine behaviour, or choose the model (``tasks.model``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import anyio
+import anyio.abc
+from rich.console import Console
+from rich.text import Text
+
+from engine import (
+    LLM,
+    AbortSignal,
+    Approval,
+    ApproveFn,
+    CompactionSettings,
+    Environment,
+    GoalOptions,
+    LocalEnvironment,
+    Session,
+    SessionSubagentRunner,
+    SubagentRunner,
+    allow_all,
+    deny_all,
+)
+from engine.llm import ScriptedEnvironment, ScriptedLLM
+from eventstore import (
+    AbortPayload,
+    DataRoot,
+    OmniMessage,
+    RequestEndPayload,
+    ToolCallPayload,
+    encode,
+)
+from penguin.cli.errors import CliError
+from penguin.cli.terminal.safe import preview, safe, safe_json_bytes
+from penguin.cli.views.render import StreamRenderer, short_id
+
+from .model import ApproveMode, ModelChoice, build_llm, close_llm
+
+__all__ = [
+    "CHILD_SCRIPT",
+    "SUBAGENT_SYSTEM_PROMPT",
+    "RunOutcome",
+    "Subagents",
+    "build_compaction",
+    "build_subagents",
+    "drive",
+    "environment_for",
+]
+
+# How long an approval prompt waits for the stream to show its call first.
+_SHOW_WAIT_S: Final = 1.0
+
+
+def environment_for(
+    llm: LLM, workspace: Path, *, subagents: SubagentRunner | None = None
+) -> Environment:
+    """A script that declares its own ``tools`` gets them served from the script
+    (``ScriptedEnvironment``); everything else runs the built-in tools in ``workspace``, plus
+    ``run_subagent`` when given ``subagents``."""
+    if isinstance(llm, ScriptedLLM) and llm.script.tools:
+        if subagents is not None:
+            raise CliError(
+                "--subagents needs the built-in tools, but this script declares its own `tools`"
+            )
+        return ScriptedEnvironment.from_llm(llm)
+    return LocalEnvironment(workspace, subagents=subagents)
+
+
+# --------------------------------------------------------------------------- subagents
+
+CHILD_SCRIPT: Final = [[{"text": "(scripted subagent) Nothing to do: this run has no model."}]]
+"""What a scripted run's children answer when the script has no ``subagent`` key."""
+
+SUBAGENT_SYSTEM_PROMPT: Final = (
+    "You are a subagent working in the user's workspace with the tools provided. Complete the "
+    "task you are given on your own and end with a concise final answer: it is all the "
+    "delegating agent will see."
+)
+
+
+@dataclass(slots=True)
+class Subagents:
+    """The ``--subagents`` host: enter ``runner`` around the parent session, then ``aclose``."""
+
+    runner: SessionSubagentRunner
+    llms: list[LLM]
+
+    async def aclose(self) -> None:
+        for llm in self.llms:
+            await close_llm(llm)
+
+
+def build_subagents(
+    llm: LLM,
+    choice: ModelChoice,
+    *,
+    root: DataRoot,
+    workspace: Path,
+    project: str,
+    agent: str,
+    compaction: CompactionSettings,
+    max_turns: int,
+) -> Subagents:
+    """A runner whose children use the parent's kind of model, data root, workspace, project
+    and agent.  A scripted parent's children each get a fresh ``ScriptedLLM`` of the script's
+    top-level ``subagent`` key (a script of its own), else of ``CHILD_SCRIPT``; a provider's
+    children each get a new client built from the same options.  Children cannot spawn
+    (depth 1) and are not bound for ``steer`` items."""
+    make: Callable[[], LLM]
+    if isinstance(llm, ScriptedLLM):
+        child_script: Any = llm.script.extra.get("subagent", CHILD_SCRIPT)
+        try:
+            ScriptedLLM(child_script)  # a bad child script is an input error now, not mid-run
+        except (ValueError, TypeError, OSError) as exc:
+            raise CliError(f"invalid `subagent` script: {safe(str(exc))}") from None
+
+        def make() -> LLM:
+            return ScriptedLLM(child_script)
+    else:
+
+        def make() -> LLM:
+            return build_llm(choice)
+
+    created: list[LLM] = []
+
+    def factory() -> LLM:
+        child = make()
+        created.append(child)
+        return child
+
+    runner = SessionSubagentRunner(
+        factory,
+        root=root,
+        workspace=workspace,
+        system_prompt=SUBAGENT_SYSTEM_PROMPT,
+        project=project,
+        agent=agent,
+        compaction=compaction,
+        max_turns=max_turns,
+    )
+    return Subagents(runner=runner, llms=created)
+
+
+def build_compaction(
+    *,
+    max_context_length: int | None,
+    max_session_turns: int | None,
+    compaction_mode: str | None,
+) -> CompactionSettings:
+    base = Session.DEFAULT_COMPACTION
+    changes: dict[str, Any] = {}
+    if max_context_length is not None:
+        changes["max_context_length"] = max_context_length
+    if max_session_turns is not None:
+        changes["max_session_turns"] = max_session_turns
+    if compaction_mode is not None:
+        if compaction_mode not in ("summarize", "discard"):
+            raise CliError(
+                f"unknown --compaction-mode {safe(compaction_mode)!r}: choose summarize or discard"
+            )
+        changes["mode"] = compaction_mode
+    return base.model_copy(update=changes) if changes else base
+
+
+# --------------------------------------------------------------------------- approvals
+
+
+class _StdinLines:
+    """Lines from stdin, read on demand by a daemon thread so that an abandoned prompt (Ctrl-C)
+    neither blocks the event loop nor keeps the process alive at exit."""
+
+    def __init__(self) -> None:
+        self._ready: AbortSignal | None = None
+        self._box: list[str] = []
+
+    async def readline(self, cancel: AbortSignal) -> str | None:
+        """The next line ("" at end of input), or None when ``cancel`` fires first."""
+        if self._ready is None:
+            ready = AbortSignal()  # a thread-safe one-shot flag that wakes the loop
+            box: list[str] = []
+            stdin = sys.stdin
+
+            def work() -> None:
+                try:
+                    line = stdin.readline()
+                except (OSError, ValueError):
+                    line = ""
+                box.append(line)
+                ready.abort()
+
+            self._ready, self._box = ready, box
+            threading.Thread(target=work, name="penguin-stdin", daemon=True).start()
+        ready = self._ready
+        got = False
+        async with anyio.create_task_group() as tg:
+
+            async def on_cancel() -> None:
+                await cancel.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(on_cancel)
+            await ready.wait()
+            got = True
+            tg.cancel_scope.cancel()
+        if not got:
+            return None
+        self._ready = None
+        return self._box[0]
+
+
+class _Asker:
+    """``--approve ask``: y = allow, n (or anything else) = deny, a = allow this and the rest."""
+
+    def __init__(self, renderer: StreamRenderer, err: Console, cancel: AbortSignal) -> None:
+        self._renderer = renderer
+        self._err = err
+        self._cancel = cancel
+        self._lines = _StdinLines()
+        self._allow_rest = False
+        # Keyed by (origin, call id): a subagent's call ids may repeat its parent's.
+        self._shown: dict[tuple[tuple[str, ...], str], anyio.Event] = {}
+
+    def _event(self, origin: list[str] | None, call_id: str) -> anyio.Event:
+        return self._shown.setdefault((tuple(origin or ()), call_id), anyio.Event())
+
+    def note(self, msg: OmniMessage) -> None:
+        """Called once the stream consumer has shown ``msg``: a prompt for a call waits for
+        its ``[tool]`` line, so that the text the model wrote before it is on screen first."""
+        p = msg.payload
+        if isinstance(p, ToolCallPayload):
+            self._event(msg.origin, p.tool_call_id).set()
+
+    async def _until_shown(self, origin: list[str] | None, call_id: str) -> bool:
+        """False when the run was aborted first.  Ordering is a nicety: a call the stream
+        never shows is asked about after a short wait anyway."""
+        shown = self._event(origin, call_id)
+        with anyio.move_on_after(_SHOW_WAIT_S):
+            async with anyio.create_task_group() as tg:
+
+                async def on_cancel() -> None:
+                    await self._cancel.wait()
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(on_cancel)
+                await shown.wait()
+                tg.cancel_scope.cancel()
+        return not self._cancel.aborted
+
+    async def __call__(self, call: OmniMessage) -> Approval:
+        if self._allow_rest:
+            return "allow"
+        if self._cancel.aborted:
+            return "deny"
+        p = call.payload
+        name, args, cid = (
+            (p.name, p.arguments, p.tool_call_id)
+            if isinstance(p, ToolCallPayload)
+            else ("?", "", "?")
+        )
+        if not await self._until_shown(call.origin, cid):
+            return "deny"  # aborted before the call was even shown
+        self._renderer.break_line()
+        # A subagent's call (R-SUB-5) names the child it comes from, as the rendering does.
+        who = f"[subagent {short_id(call.origin[-1])}] " if call.origin else ""
+        self._err.print(
+            Text(
+                f"[approve] {who}{preview(name, 60)} {preview(args, 200)} ({preview(cid, 60)})",
+                style="magenta bold",
+            ),
+            soft_wrap=True,
+        )
+        self._err.print(Text("allow? [y]es / [n]o / [a]ll from now on: "), end="")
+        self._err.file.flush()
+        line = await self._lines.readline(self._cancel)
+        if line is None:
+            self._err.print()
+            return "deny"
+        answer = line.strip().lower()
+        if line == "":
+            self._err.print(Text("(end of input: denied)", style="dim"))
+        if answer in ("a", "all"):
+            self._allow_rest = True
+            return "allow"
+        return "allow" if answer in ("y", "yes") else "deny"
+
+
+class _RefuseWithNotice:
+    """The default of a real model without a terminal: every call is denied, and the first
+    denial says why and which flag changes it (once per run)."""
+
+    def __init__(self, renderer: StreamRenderer, err: Console) -> None:
+        self._renderer = renderer
+        self._err = err
+        self._told = False
+
+    async def __call__(self, call: OmniMessage) -> Approval:
+        if not self._told:
+            self._told = True
+            self._renderer.break_line()
+            self._err.print(
+                Text(
+                    "[approve] tool calls are refused: stdin is not a terminal and no --approve "
+                    "was given (pass --approve allow-all to let the model run tools)",
+                    style="yellow",
+                ),
+                soft_wrap=True,
+            )
+        return "deny"
+
+
+def _approver(
+    mode: ApproveMode, renderer: StreamRenderer, err: Console, cancel: AbortSignal
+) -> ApproveFn:
+    if mode == "allow-all":
+        return allow_all
+    if mode == "deny-all":
+        return deny_all
+    if mode == "refuse":
+        return _RefuseWithNotice(renderer, err)
+    return _Asker(renderer, err, cancel)
+
+
+# --------------------------------------------------------------------------- the run
+
+
+class _Countdown:
+    """A transient ``next attempt in 1.2 s`` status under a ``[retry]`` line (terminals only)."""
+
+    def __init__(self, err: Console, tg: anyio.abc.TaskGroup) -> None:
+        self._err = err
+        self._tg = tg
+        self._scope: anyio.CancelScope | None = None
+        self._drawn = False
+
+    def start(self, delay_ms: int) -> None:
+        self.stop()
+        if not self._err.is_terminal or delay_ms <= 0:
+            return
+        scope = anyio.CancelScope()
+        self._scope = scope
+        deadline = anyio.current_time() + delay_ms / 1000
+        self._tg.start_soon(self._tick, scope, deadline)
+
+    async def _tick(self, scope: anyio.CancelScope, deadline: float) -> None:
+        with scope:
+            while True:
+                left = deadline - anyio.current_time()
+                if left <= 0:
+                    break
+                self._err.file.write(f"\r  next attempt in {left:4.1f} s ")
+                self._err.file.flush()
+                self._drawn = True
+                await anyio.sleep(min(0.1, left))
+        self._clear()
+
+    def _clear(self) -> None:
+        if self._drawn:
+            self._err.file.write("\r\x1b[2K")
+            self._err.file.flush()
+            self._drawn = False
+
+    def stop(self) -> None:
+        if self._scope is not None:
+            self._scope.cancel()
+            self._scope = None
+        self._clear()
+
+
+@dataclass(slots=True)
+class RunOutcome:
+    aborted: bool
+    messages: int
+
+
+def _quit_now() -> None:
+    try:
+        sys.stdout.flush()
+        sys.stderr.write("\n[interrupt] quit\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(130)
+
+
+async def _interrupts(
+    cancel: AbortSignal, err: Console, *, task_status: anyio.abc.TaskStatus[None]
+) -> None:
+    """First Ctrl-C aborts the run through its signal; the second quits at once (exit 130)."""
+    with anyio.open_signal_receiver(signal.SIGINT) as signals:
+        task_status.started()
+        async for _ in signals:
+            if cancel.aborted:
+                _quit_now()
+            err.print(
+                Text(
+                    "\n[interrupt] aborting the run… (Ctrl-C again to quit at once)", style="yellow"
+                ),
+                soft_wrap=True,
+            )
+            cancel.abort("interrupted from the terminal")
+
+
+async def drive(
+    session: Session,
+    prompt: list[OmniMessage] | None,
+    *,
+    approve: ApproveMode,
+    as_json: bool,
+    out: Console,
+    err: Console,
+    on_message: Callable[[OmniMessage], None] | None = None,
+    goal: GoalOptions | None = None,
+    intercept: Callable[[OmniMessage], bool] | None = None,
+) -> RunOutcome:
+    """Run one task on an entered ``session``, rendering or printing JSON lines as it streams."""
+    cancel = AbortSignal()
+    renderer = StreamRenderer(out)
+    approve_fn = _approver(approve, renderer, err, cancel)
+    note = approve_fn.note if isinstance(approve_fn, _Asker) else None
+    aborted = False
+    count = 0
+    async with anyio.create_task_group() as tg:
+        await tg.start(_interrupts, cancel, err)
+        countdown = _Countdown(err, tg)
+        async for msg in session.run(prompt, approve=approve_fn, signal=cancel, goal=goal):
+            countdown.stop()
+            count += 1
+            p = msg.payload
+            if intercept is not None and intercept(msg) and not as_json:
+                pass  # shown by the interceptor (a goal round's input)
+            elif as_json:
+                sys.stdout.write(safe_json_bytes(encode(msg)).decode("utf-8") + "\n")
+                sys.stdout.flush()
+            else:
+                renderer.feed(msg)
+            if note is not None:
+                note(msg)
+            if on_message is not None:
+                on_message(msg)
+            if msg.origin is None and isinstance(p, AbortPayload):
+                aborted = True
+            if (
+                not as_json
+                and msg.origin is None
+                and isinstance(p, RequestEndPayload)
+                and p.retry_in_ms is not None
+            ):
+                countdown.start(p.retry_in_ms)
+        countdown.stop()
+        tg.cancel_scope.cancel()
+    renderer.close()
+    return RunOutcome(aborted=aborted, messages=count)

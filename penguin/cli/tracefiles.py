@@ -1,0 +1,113 @@
+"""Trace files as the CLI finds them on the command line.
+
+Owns: telling a trace file from anything else (``sniff_trace``), finding the ``*.jsonl`` files
+under a directory without leaving it through a link (R-ROOT-9), grouping files into sessions as
+the validator does, and their total size.  Does not: read records beyond the first lines of a
+file, or resolve a session argument (``targets``).
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Final
+
+# Cheap names only (eventstore loads a name's module on first use): `--help` needs no codec.
+from eventstore import parse_trace_name
+
+from .errors import CliError
+from .terminal.console import warn
+from .terminal.safe import safe
+
+__all__ = ["find_trace_files", "group_sessions", "sniff_trace", "total_bytes", "trace_name"]
+
+_SNIFF_BYTES: Final = 64 * 1024
+_SNIFF_LINES: Final = 64
+
+
+trace_name = parse_trace_name  # the one spelling lives in eventstore (R-ROOT-4)
+
+
+def sniff_trace(path: Path) -> None:
+    """Raise ``CliError`` (exit 2) unless ``path`` looks like a trace file.
+
+    A trace is UTF-8 text without NUL bytes in which one of the first complete non-blank lines
+    decodes as an OmniMessage record.  An empty file is a (crash-residue) trace; a file whose
+    first line is longer than the sniffed prefix passes when it starts like a JSON object.
+    """
+    from eventstore import decode
+
+    shown = safe(str(path), keep_newlines=False)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_SNIFF_BYTES)
+            more = bool(f.read(1))
+    except IsADirectoryError:
+        raise CliError(f"{shown}: is a directory") from None
+    except PermissionError:
+        raise CliError(f"{shown}: permission denied") from None
+    if not head:
+        return
+    if b"\x00" in head:
+        raise CliError(f"{shown}: binary file, not a trace")
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=not more)
+    except UnicodeDecodeError:
+        raise CliError(f"{shown}: not UTF-8 text, not a trace") from None
+    if head.startswith(codecs.BOM_UTF8):
+        head = head[len(codecs.BOM_UTF8) :]
+    *lines, tail = head.split(b"\n")  # ``tail``: unterminated (torn, or cut by the limit)
+    complete = [line for line in lines if line.strip()][:_SNIFF_LINES]
+    for line in complete:
+        try:
+            decode(line.strip())
+        except Exception:
+            continue
+        return
+    if not complete and tail.lstrip().startswith(b"{"):
+        return  # a torn first record, or one longer than the sniffed prefix
+    raise CliError(f"{shown}: not a trace (no line is an OmniMessage record)")
+
+
+def find_trace_files(directory: Path) -> list[Path]:
+    """Every ``*.jsonl`` file under ``directory``, sorted.  Symlinked directories are not
+    entered, and a symlinked file that resolves outside ``directory`` is left out with a
+    warning on stderr (R-ROOT-9: nothing outside is read through a link)."""
+    base = directory.resolve()
+    found: list[Path] = []
+    for parent, _dirs, names in os.walk(directory, followlinks=False):
+        for name in names:
+            if not name.endswith(".jsonl"):
+                continue
+            path = Path(parent) / name
+            if path.is_symlink():
+                target = path.resolve()
+                if not target.is_relative_to(base):
+                    warn(f"skipped {path}: a symlink to {target}, outside {directory}")
+                    continue
+            if path.is_file():
+                found.append(path)
+    return sorted(found)
+
+
+def group_sessions(files: Iterable[Path]) -> dict[tuple[Path, str] | Path, list[Path]]:
+    """Files grouped into sessions as the validator groups them: by the id in the name within
+    one ``traces`` directory (the parent of the date directories)."""
+    groups: dict[tuple[Path, str] | Path, list[Path]] = {}
+    for q in files:
+        info = trace_name(q)
+        key: tuple[Path, str] | Path = (q.resolve().parent.parent, info[0]) if info else q
+        groups.setdefault(key, []).append(q)
+    return groups
+
+
+def total_bytes(files: Sequence[Path]) -> int:
+    size = 0
+    for f in files:
+        try:
+            size += f.stat().st_size
+        except OSError:
+            continue
+    return size
