@@ -181,7 +181,6 @@ def resume(
 
 def _continue(g: Globals, loaded: Loaded, message: str | None, opts: TaskOptions) -> None:
     import anyio
-    from rich.text import Text
 
     from penguin.cli.diagnose import quiet_reader
     from penguin.cli.tasks.live import build_subagents, environment_for
@@ -241,15 +240,7 @@ def _continue(g: Globals, loaded: Loaded, message: str | None, opts: TaskOptions
                 compaction=opts.compaction,
                 max_turns=turns,
             )
-        for d in torn:
-            err_console().print(
-                Text(
-                    f"[resume] repaired: cut the torn last line {d.line} of "
-                    f"{safe(str(d.path), keep_newlines=False)} ({safe(d.detail)})",
-                    style="yellow",
-                ),
-                soft_wrap=True,
-            )
+        _report_cut(torn)
         return await run_task(
             session,
             model_llm,
@@ -262,6 +253,21 @@ def _continue(g: Globals, loaded: Loaded, message: str | None, opts: TaskOptions
         )
 
     finish_task(anyio.run(go), as_json=opts.as_json)
+
+
+def _report_cut(torn: list[Any]) -> None:
+    """What resuming repaired: each torn last line it cut (R-CLI-2), in yellow on stderr."""
+    from rich.text import Text
+
+    for d in torn:
+        err_console().print(
+            Text(
+                f"[resume] repaired: cut the torn last line {d.line} of "
+                f"{safe(str(d.path), keep_newlines=False)} ({safe(d.detail)})",
+                style="yellow",
+            ),
+            soft_wrap=True,
+        )
 
 
 def _record_json(msg: OmniMessage) -> Any:
