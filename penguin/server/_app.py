@@ -19,7 +19,7 @@ import anyio
 import anyio.abc
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import HTTPConnection, Request
+from starlette.requests import ClientDisconnect, HTTPConnection, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -29,11 +29,13 @@ from eventstore import DataRoot, FsyncPolicy
 from penguin.web import web_app
 
 from ._auth import authenticate, load_token
+from ._bodies import BODY_TIMEOUT_S
 from ._context import ServerContext, error_response, json_response
 from ._exceptions import ApiError
 from ._host import EnvironmentFactory, LLMFactory, SessionHost
 from ._hosted import ApprovalMode
 from ._index import Index
+from ._logins import LOGIN_TTL_S, Logins
 from ._openapi import ROUTES, document
 from ._watch import watch_traces
 
@@ -53,7 +55,7 @@ class _Guard:
             path: str = scope["path"]
             if (path == "/api" or path.startswith("/api/")) and path not in _OPEN:
                 try:
-                    authenticate(HTTPConnection(scope), self.ctx.token)
+                    authenticate(HTTPConnection(scope), self.ctx.token, self.ctx.logins)
                 except ApiError as exc:
                     await error_response(exc.status, exc.code, exc.message)(scope, receive, send)
                     return
@@ -62,7 +64,16 @@ class _Guard:
 
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    return error_response(exc.status, exc.code, exc.message)
+    response = error_response(exc.status, exc.code, exc.message)
+    if exc.status == 408:
+        response.headers["connection"] = "close"  # the rest of the body is never read
+    return response
+
+
+async def _gone(request: Request, exc: Exception) -> Response:
+    """A client that hung up mid-request is not a server fault: one debug line (issue 29)."""
+    log.debug("client went away during %s %s", request.method, request.url.path)
+    return Response(status_code=400)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -126,10 +137,13 @@ def create_app(
     watch: bool = True,
     retry: RetryPolicy | None = None,
     fsync: FsyncPolicy = "turn",
+    login_ttl: float = LOGIN_TTL_S,
+    body_timeout: float = BODY_TIMEOUT_S,
 ) -> Starlette:
     """The server as an ASGI app; nothing runs until its lifespan starts.  ``fsync`` is the
     durability policy of the sessions it writes (R-TRACE-16); weaker than ``turn`` only by
-    choice."""
+    choice.  A browser login lasts ``login_ttl`` seconds; a request body that stalls for
+    ``body_timeout`` seconds is answered 408 (issue 29)."""
     data_root = root if isinstance(root, DataRoot) else DataRoot(root)
     ctx_box: list[ServerContext] = []
     host = SessionHost(
@@ -151,6 +165,8 @@ def create_app(
         index=Index(data_root),
         token=load_token(data_root, token),
         body_limit=body_limit,
+        logins=Logins(ttl=login_ttl),
+        body_timeout=body_timeout,
     )
     ctx_box.append(ctx)
 
@@ -162,7 +178,12 @@ def create_app(
     routes.append(Mount("/", app=web_app()))  # the Web App (SPEC §20); /api routes match first
     app = Starlette(
         routes=routes,
-        exception_handlers={ApiError: _api_error, HTTPException: _http_error, Exception: _fault},
+        exception_handlers={
+            ApiError: _api_error,
+            HTTPException: _http_error,
+            ClientDisconnect: _gone,
+            Exception: _fault,
+        },
         lifespan=lambda app: _Lifespan(ctx, watch=watch),
     )
     app.state.penguin = ctx

@@ -7,8 +7,9 @@ capped too) and the JSON-only check (415).  Does not: act on a body.
 
 from __future__ import annotations
 
-from typing import Literal, TypeVar
+from typing import Final, Literal, TypeVar
 
+import anyio
 import msgspec
 from starlette.requests import Request
 
@@ -31,6 +32,9 @@ __all__ = [
 
 ApprovalMode = Literal["allow-all", "ask", "deny-all"]
 MAX_IMAGE_BYTES = 20 * 2**20
+# The longest wait for the next piece of a request body (issue 29: a stalled upload must not
+# hold a connection and a handler forever).  Per read, so a slow but moving upload still works.
+BODY_TIMEOUT_S: Final = 30.0
 
 
 class _Body(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -115,14 +119,25 @@ async def read_raw(request: Request, *, limit: int) -> bytes:
                 raise ApiError(413, "body_too_large", f"the body exceeds {limit} bytes")
         except ValueError:
             raise ApiError(400, "bad_request", "invalid Content-Length") from None
+    timeout = getattr(request.app.state, "penguin", None)
+    timeout = getattr(timeout, "body_timeout", BODY_TIMEOUT_S)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    stream = request.stream()
+    while True:
+        with anyio.move_on_after(timeout) as waited:
+            try:
+                chunk = await stream.__anext__()
+            except StopAsyncIteration:
+                return b"".join(chunks)
+        if waited.cancelled_caught:
+            raise ApiError(
+                408, "request_timeout", f"the request body stalled for {timeout:g} s"
+            )
         size += len(chunk)
         if size > limit:
             raise ApiError(413, "body_too_large", f"the body exceeds {limit} bytes")
         chunks.append(chunk)
-    return b"".join(chunks)
 
 
 async def read_body(request: Request, kind: type[T], *, limit: int, optional: bool = False) -> T:

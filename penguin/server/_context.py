@@ -22,6 +22,7 @@ from ._channel import Channel
 from ._host import SessionHost
 from ._hosted import Hosted
 from ._index import Index
+from ._logins import Logins
 
 __all__ = ["ServerContext", "as_json", "ctx_of", "error_response", "json_response"]
 
@@ -49,10 +50,12 @@ class ServerContext:
     index: Index
     token: str
     body_limit: int = DEFAULT_BODY_LIMIT
+    body_timeout: float = 30.0
     events: Channel = field(default_factory=lambda: Channel((0, 0), restored=False))
     refreshed: float = 0.0
     refresh_lock: anyio.Lock = field(default_factory=anyio.Lock)
     loop: asyncio.AbstractEventLoop | None = None
+    logins: Logins = field(default_factory=Logins)
 
     def begin_shutdown(self) -> None:
         """SIGTERM (R-SRV-14): refuse new tasks, abort running ones, end every stream."""

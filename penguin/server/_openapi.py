@@ -40,9 +40,14 @@ _S = "/api/sessions/{id}"
 
 ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec(
-        "POST", "/api/login", rf.login, "Set the HttpOnly login cookie", bd.LoginBody, (204, 401)
+        "POST",
+        "/api/login",
+        rf.login,
+        "Start a browser login: a session cookie plus the key to send as X-Penguin-Key",
+        bd.LoginBody,
+        (200, 401),
     ),
-    RouteSpec("POST", "/api/logout", rf.logout, "Clear the login cookie", None, (204,)),
+    RouteSpec("POST", "/api/logout", rf.logout, "End this browser login", None, (204,)),
     RouteSpec("GET", "/api/sessions", rs.list_sessions, "Sessions, newest first (?limit=&cursor=)"),
     RouteSpec(
         "POST",

@@ -7,6 +7,10 @@ synchronous claim does).
 
 from __future__ import annotations
 
+import base64
+import binascii
+from typing import Final
+
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -31,6 +35,32 @@ from ._exceptions import ApiError
 __all__ = ["abort", "approve", "compact", "fork", "retry_now", "steer", "task", "title"]
 
 
+_MAGIC: Final = {
+    "png": (b"\x89PNG\r\n\x1a\n",),
+    "jpeg": (b"\xff\xd8\xff",),
+    "gif": (b"GIF87a", b"GIF89a"),
+    "webp": (b"RIFF",),
+}
+
+
+def check_image(url: str, where: str) -> None:
+    """400 unless ``url`` is valid base64 of an image of the type it declares (issue 29: an
+    image nobody can show must not be accepted and recorded)."""
+    head, _, data = url.partition(",")
+    kind = head[len("data:image/") :].split(";", 1)[0].strip().lower()
+    kind = "jpeg" if kind == "jpg" else kind
+    if kind not in _MAGIC:
+        raise ApiError(
+            400, "invalid_image", f"{where}: image/{kind} is not one of png, jpeg, gif, webp"
+        )
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise ApiError(400, "invalid_image", f"{where}: the data URL is not valid base64") from None
+    if not raw.startswith(_MAGIC[kind]) or (kind == "webp" and raw[8:12] != b"WEBP"):
+        raise ApiError(400, "invalid_image", f"{where}: the data is not a {kind} image")
+
+
 def to_messages(parts: list[Part]) -> list[OmniMessage]:
     out: list[OmniMessage] = []
     for i, part in enumerate(parts):
@@ -44,6 +74,7 @@ def to_messages(parts: list[Part]) -> list[OmniMessage]:
             )
         if len(url) > MAX_IMAGE_BYTES * 4 // 3 + 100:
             raise ApiError(413, "image_too_large", f"input[{i}] is larger than 20 MiB")
+        check_image(url, f"input[{i}]")
         out.append(b.image_url(url))
     if not out:
         raise ApiError(400, "invalid_body", "input must hold at least one part (at `$.input`)")

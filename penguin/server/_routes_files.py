@@ -7,6 +7,7 @@ traces.
 
 from __future__ import annotations
 
+import datetime
 import os
 from pathlib import Path
 from typing import Final
@@ -20,11 +21,11 @@ from eventstore import Diagnostic, encode, scan_trace
 from replay import ImportRefused, parse_position, trace_point, validate_file
 from replay import import_trace as replay_import
 
-from ._auth import COOKIE
 from ._bodies import ImportBody, LoginBody, read_body
 from ._context import ctx_of, json_response
 from ._exceptions import ApiError
 from ._hosted import Hosted
+from ._logins import cookie_name
 from ._traces import indexed_files
 
 __all__ = [
@@ -235,6 +236,7 @@ async def usage(request: Request) -> Response:
     group = q.get("group_by", "session")
     if group not in ("session", "model", "day", "hour"):
         raise ApiError(400, "invalid_query", "group_by must be session, model, day or hour")
+    _check_dates(q.get("from"), q.get("to"))
     await ctx.refresh_index()
     rows = await anyio.to_thread.run_sync(
         lambda: ctx.index.usage(
@@ -247,6 +249,7 @@ async def usage(request: Request) -> Response:
 async def usage_errors(request: Request) -> Response:
     ctx = ctx_of(request)
     q = request.query_params
+    _check_dates(q.get("from"), q.get("to"))
     await ctx.refresh_index()
     rows = await anyio.to_thread.run_sync(
         lambda: ctx.index.errors(start=q.get("from"), end=q.get("to"), session=q.get("session"))
@@ -255,16 +258,20 @@ async def usage_errors(request: Request) -> Response:
 
 
 async def login(request: Request) -> Response:
+    """A browser login (R-SRV-1): a fresh server-side session; the token itself never goes
+    into a cookie (issue 29)."""
     ctx = ctx_of(request)
     body = await read_body(request, LoginBody, limit=64 * 1024)
     import hmac
 
     if not hmac.compare_digest(body.token.encode("utf-8", "replace"), ctx.token.encode()):
         raise ApiError(401, "unauthorized", "wrong token")
-    response = Response(status_code=204)
+    grant = ctx.logins.create(ctx.token)
+    response = json_response({"key": grant.key, "expires": _iso_utc(grant.expires)})
     response.set_cookie(
-        COOKIE,
-        ctx.token,
+        cookie_name(request),
+        grant.session,
+        max_age=int(ctx.logins.ttl),
         httponly=True,
         samesite="strict",
         path="/",
@@ -274,9 +281,35 @@ async def login(request: Request) -> Response:
 
 
 async def logout(request: Request) -> Response:
+    """Revoke this browser's login (it is authenticated by the guard) and clear its cookie."""
+    ctx = ctx_of(request)
+    name = cookie_name(request)
+    session = request.cookies.get(name)
+    if session:
+        ctx.logins.revoke(session)
     response = Response(status_code=204)
-    response.delete_cookie(COOKIE, path="/")
+    response.delete_cookie(name, path="/", httponly=True, samesite="strict")
     return response
+
+
+def _check_dates(start: str | None, end: str | None) -> None:
+    """400 for a ``from``/``to`` that is not an ISO 8601 date or time (issue 29: a typo must
+    not read as "no usage")."""
+    for name, value in (("from", start), ("to", end)):
+        if not value:
+            continue
+        try:
+            datetime.datetime.fromisoformat(value)
+        except ValueError:
+            raise ApiError(
+                400,
+                "invalid_query",
+                f"{name}={value[:40]!r} is not an ISO 8601 date or time (e.g. 2026-01-31)",
+            ) from None
+
+
+def _iso_utc(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t, datetime.UTC).isoformat()
 
 
 _ = os

@@ -1,6 +1,7 @@
 """Running the app under uvicorn (``penguin serve``, R-SRV-1, R-SRV-14).
 
-Owns: refusing a public bind without an explicit token, printing the login URL, and SIGTERM:
+Owns: refusing a public bind without an explicit, strong token, binding the port (a busy port
+is a clear error), printing the login URL, and SIGTERM:
 stop accepting tasks, abort running ones as a user abort would, end the streams, exit 0 within
 10 s; the garbage collector's thresholds while serving.  Does not: build the app
 (``create_app``).
@@ -9,6 +10,7 @@ stop accepting tasks, abort running ones as a user abort would, end the streams,
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import ipaddress
 import socket
@@ -26,6 +28,7 @@ from ._context import ServerContext
 from ._exceptions import ServerError
 from ._host import EnvironmentFactory, LLMFactory
 from ._hosted import ApprovalMode
+from ._protocol import uvicorn_config
 
 __all__ = ["serve"]
 
@@ -35,6 +38,8 @@ __all__ = ["serve"]
 # allocations, stalling every stream at once.  Measured with ``bench_server`` (100 sessions, 2
 # subscribers each): p99 write->client 98-128 ms -> 59-76 ms, 15-30% more events/s.
 SERVE_GC_THRESHOLDS = (50_000, 20, 100)
+# A token guessable by brute force over the network must not guard a public bind (issue 29).
+MIN_PUBLIC_TOKEN = 16
 
 
 def _loopback(host: str) -> bool:
@@ -93,6 +98,13 @@ def serve(
         raise ServerError(
             f"refusing to bind {host} (not a loopback address) without an explicit --token"
         )
+    if not _loopback(host) and token is not None and len(token) < MIN_PUBLIC_TOKEN:
+        raise ServerError(
+            f"refusing to bind {host} (not a loopback address) with a {len(token)}-character "
+            f"token: use at least {MIN_PUBLIC_TOKEN} random characters "
+            '(e.g. python -c "import secrets; print(secrets.token_urlsafe(32))")'
+        )
+    sock = _bind(host, port)
     app = create_app(
         root,
         token=token,
@@ -115,7 +127,7 @@ def serve(
         else:
             announce(url)
 
-    config = uvicorn.Config(
+    config = uvicorn_config(
         app,
         host=host,
         port=port,
@@ -128,6 +140,32 @@ def serve(
     before = gc.get_threshold()
     gc.set_threshold(*SERVE_GC_THRESHOLDS)
     try:
-        asyncio.run(server.serve())
+        asyncio.run(server.serve(sockets=[sock]))
     finally:
         gc.set_threshold(*before)
+        sock.close()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything starts, so a busy port is one clear line
+    naming it (uvicorn's own bind logs a traceback-like error and exits 1/3)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        raise ServerError(f"cannot bind {host}:{port}: {exc.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ServerError(
+                f"port {port} on {host} is already in use (another penguin serve?): "
+                "stop it or choose another port with --port"
+            ) from None
+        raise ServerError(f"cannot bind {host}:{port}: {exc.strerror}") from None
+    sock.set_inheritable(True)
+    return sock

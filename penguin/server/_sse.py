@@ -52,11 +52,18 @@ class SSEResponse(Response):
         try:
             await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
             self._last_write = anyio.current_time()
+            ended = False
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._watch, receive, tg.cancel_scope)
                 tg.start_soon(self._beat)
                 await self._pump(send)
+                ended = True
                 tg.cancel_scope.cancel()
+            if ended:
+                # The stream ended on the server's side (SIGTERM, the channel closed, a slow
+                # client dropped): finish the chunked body so the client sees a clean end, not
+                # a broken response (issue 29).
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:
             pass  # the client went away mid-write
         finally:

@@ -17,6 +17,7 @@ import uvicorn
 from engine import LLM
 from engine.llm import ScriptedLLM
 from penguin.server import create_app
+from penguin.server._protocol import HEADER_TIMEOUT_S, uvicorn_config
 
 TOKEN = "test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -48,12 +49,21 @@ class Served:
 
 
 @asynccontextmanager
-async def served(root: Path, **options: Any) -> AsyncIterator[Served]:
+async def served(
+    root: Path, *, header_timeout: float = HEADER_TIMEOUT_S, **options: Any
+) -> AsyncIterator[Served]:
     options.setdefault("token", TOKEN)
     options.setdefault("workspace", root)
     options.setdefault("watch", False)
     app = create_app(root, **options)
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="on", log_level="warning")
+    config = uvicorn_config(
+        app,
+        host="127.0.0.1",
+        port=0,
+        lifespan="on",
+        log_level="warning",
+        header_timeout=header_timeout,
+    )
     server = uvicorn.Server(config)
     async with anyio.create_task_group() as tg:
         tg.start_soon(server._serve)

@@ -81,10 +81,17 @@ async def test_r_srv_1_token_required_and_cookie_login_checks_origin(root: Path)
         r = await c.post("/api/login", json={"token": "nope"}, headers={"Authorization": ""})
         assert r.status_code == 401
         r = await c.post("/api/login", json={"token": TOKEN}, headers={"Authorization": ""})
-        assert r.status_code == 204
+        assert r.status_code == 200
+        key = r.json()["key"]
         cookie = r.headers["set-cookie"]
         assert "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict")
-        no_auth = {"Authorization": "", "Cookie": f"penguin_token={TOKEN}"}
+        session = r.cookies["penguin_session_80"]
+        c.cookies.clear()
+        no_auth = {
+            "Authorization": "",
+            "Cookie": f"penguin_session_80={session}",
+            "X-Penguin-Key": key,
+        }
         r = await c.get("/api/sessions", headers=no_auth)
         assert r.status_code == 200
         assert "access-control-allow-origin" not in r.headers

@@ -3,7 +3,7 @@
 //   #/s/<id>           conversation and controls (R-WEB-2, R-WEB-3)
 //   #/s/<id>/trace     trace view (R-WEB-4)
 //   #/usage            usage charts (R-WEB-4)
-import { loginFromFragment } from "./api.js";
+import { loginFromFragment, logout } from "./api.js";
 import { clear, h } from "./dom.js";
 import { sessionsView } from "./sessions.js";
 import { conversationView } from "./conversation.js";
@@ -43,6 +43,7 @@ async function start() {
     return;
   }
   window.addEventListener("penguin:unauthorized", unauthorized);
+  document.getElementById("logout").addEventListener("click", () => { logout(); });
   window.addEventListener("hashchange", route);
   route();
 }

@@ -3,7 +3,7 @@
 // images, steer, stop, approvals, retry countdown, compact, fork, goal mode, the composer
 // locked after an auth failure). Does not: render records (Transcript).
 import { api, enc, openStream } from "./api.js";
-import { clear, h, visible } from "./dom.js";
+import { clear, h, visible, setText } from "./dom.js";
 import { Transcript } from "./transcript.js";
 
 export function conversationView(root, id) {
@@ -22,7 +22,7 @@ export function conversationView(root, id) {
 
   const showError = (err) => {
     errorBox.hidden = false;
-    errorBox.textContent = err.code ? `${err.code}: ${err.message}` : String(err.message || err);
+    setText(errorBox, err.code ? `${err.code}: ${err.message}` : String(err.message || err));
   };
   const call = async (path, body, method = "POST") => {
     errorBox.hidden = true;
@@ -104,7 +104,7 @@ export function conversationView(root, id) {
 
   function setState(next) {
     state = next;
-    stateTag.textContent = next;
+    setText(stateTag, next);
     stateTag.dataset.state = next;
     const running = next !== "idle";
     send.disabled = running || authLocked;
@@ -124,7 +124,7 @@ export function conversationView(root, id) {
     const label = h("span", { class: "count" });
     const tick = () => {
       const left = Math.max(0, until - performance.now());
-      label.textContent = `Retrying in ${(left / 1000).toFixed(1)} s`;
+      setText(label, `Retrying in ${(left / 1000).toFixed(1)} s`);
     };
     clear(retryBox).append(label,
       h("button", { class: "retry-now", onclick: () => call("/retry-now") }, "Retry now"),
@@ -143,14 +143,14 @@ export function conversationView(root, id) {
   async function details() {
     const row = await call("", undefined, "GET");
     if (!row) return;
-    title.textContent = row.title || row.id;
+    setText(title, row.title || row.id);
     const why = row.compactability || "unsupported";
     compact.dataset.why = why;
-    compactWhy.textContent = why === "ok" ? "" : `Compact unavailable: ${{
+    setText(compactWhy, why === "ok" ? "" : `Compact unavailable: ${{
       unsupported: "compaction is off for this session",
       empty: "nothing to compact yet",
       just_compacted: "the context was just compacted",
-    }[why] || why}`;
+    }[why] || why}`);
     compact.title = compactWhy.textContent;
     setState(state);
   }
@@ -172,11 +172,11 @@ export function conversationView(root, id) {
     switch (ev.type) {
       case "task_state": stateEvents += 1; setState(ev.state); if (ev.state === "idle") details(); break;
       case "approval_request": transcript.approval(ev.tool_call); break;
-      case "title": title.textContent = ev.title; break;
-      case "goal_round": goalTag.hidden = false; goalTag.textContent = `goal round ${ev.round} · ${ev.tokens_used} tokens`; break;
+      case "title": setText(title, ev.title); break;
+      case "goal_round": goalTag.hidden = false; setText(goalTag, `goal round ${ev.round} · ${ev.tokens_used} tokens`); break;
       case "goal_finished":
         goalTag.hidden = false;
-        goalTag.textContent = `goal ${ev.outcome} · ${ev.rounds} rounds · ${ev.tokens_used} tokens`;
+        setText(goalTag, `goal ${ev.outcome} · ${ev.rounds} rounds · ${ev.tokens_used} tokens`);
         break;
       case "resync_required": transcript.dropOpen(); break;
       default: break;

@@ -1,5 +1,7 @@
 // Owns: building DOM nodes. Every string becomes a Text node, never markup (R-WEB-5):
-// the Web App never assigns HTML strings (tests/penguin/web/test_web_static.py checks).
+// the Web App never assigns HTML strings (tests/penguin/web/test_web_static.py checks). Every
+// string shown goes through visible(): control and bidi characters are shown as escapes, so
+// `invoice\u202etxt.sh` cannot display as `invoice…hs.txt` (issue 29).
 
 /** h("div", {class: "x", onclick: fn}, "text", childNode, [more]) */
 export function h(tag, attrs, ...children) {
@@ -28,7 +30,7 @@ function setAttrs(el, attrs) {
     } else if (key === "href" || key === "src") {
       el.setAttribute(key, safeUrl(value));
     } else {
-      el.setAttribute(key, value === true ? "" : String(value));
+      el.setAttribute(key, value === true ? "" : visible(value));
     }
   }
 }
@@ -36,7 +38,7 @@ function setAttrs(el, attrs) {
 export function append(el, children) {
   for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined || child === false) continue;
-    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    el.append(child instanceof Node ? child : document.createTextNode(visible(child)));
   }
   return el;
 }
@@ -70,8 +72,22 @@ export function fmtNum(n) {
   return Number(n || 0).toLocaleString();
 }
 
-/** Visible text for untrusted strings: control characters (terminal escapes) shown as \x1b. */
+// The CLI's table (penguin/cli/_safe.py), mirrored: C0 controls but tab and newline, DEL, C1
+// controls, the Unicode bidi controls and lone surrogates; each is shown as \xNN below U+0100,
+// else \uNNNN. tests/penguin/web/test_web_safety.py checks that both agree on every code point.
+const BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069";
+const UNSAFE = new RegExp(`[\\u{0}-\\u{8}\\u{b}-\\u{1f}\\u{7f}-\\u{9f}${BIDI}\\u{d800}-\\u{dfff}]`, "gu");
+
+/** Visible text for untrusted strings: control and bidi characters shown as escapes. */
 export function visible(text) {
-  return String(text ?? "").replace(/[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]/g,
-    (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, "0")}`);
+  return String(text ?? "").replace(UNSAFE, (c) => {
+    const code = c.codePointAt(0);
+    return code < 0x100 ? `\\x${code.toString(16).padStart(2, "0")}` : `\\u${code.toString(16).padStart(4, "0")}`;
+  });
+}
+
+/** Set an element's text to an untrusted string (see visible()). */
+export function setText(el, text) {
+  el.textContent = visible(text);
+  return el;
 }

@@ -1,7 +1,7 @@
 // Owns: the sessions list, kept live from /api/events (R-SRV-9), and the new-session form
 // (R-WEB-1).
 import { api, openStream } from "./api.js";
-import { clear, fmtTime, h } from "./dom.js";
+import { clear, fmtTime, h, setText } from "./dom.js";
 
 export function sessionsView(root) {
   const tbody = h("tbody");
@@ -25,7 +25,7 @@ export function sessionsView(root) {
       if (!data.sessions.length) tbody.append(h("tr", null, h("td", { colspan: 5, class: "muted" }, "No sessions yet.")));
     } catch (err) {
       error.hidden = false;
-      error.textContent = err.message;
+      setText(error, err.message);
     }
   }
   const reload = () => { clearTimeout(timer); timer = setTimeout(load, 150); };
@@ -36,7 +36,7 @@ export function sessionsView(root) {
       if (ev.type === "session_state") {
         states.set(ev.id, ev.state);
         const cell = tbody.querySelector(`tr[data-id="${CSS.escape(ev.id)}"] .state`);
-        if (cell) { cell.textContent = ev.state; cell.dataset.state = ev.state; } else reload();
+        if (cell) { setText(cell, ev.state); cell.dataset.state = ev.state; } else reload();
         if (ev.state === "idle") reload();
       } else if (ev.type === "session_created") reload();
     },
@@ -76,7 +76,7 @@ function newSessionForm(error) {
         location.hash = `#/s/${encodeURIComponent(row.id)}`;
       } catch (err) {
         error.hidden = false;
-        error.textContent = `${err.code}: ${err.message}`;
+        setText(error, `${err.code}: ${err.message}`);
       }
     },
   },

@@ -2,7 +2,7 @@
 // (reader diagnostics), a timeline of request spans and tool calls on a time axis (SVG), and
 // the exact request at a picked record (GET .../context?at=, R-TOOL-1).
 import { api, enc } from "./api.js";
-import { clear, h, s, visible } from "./dom.js";
+import { clear, h, s, visible, setText } from "./dom.js";
 
 const LIMIT = 2000;
 
@@ -27,7 +27,7 @@ export function traceView(root, id) {
     let page;
     try {
       page = await api(`${base}/traces/${n}?offset=0&limit=${LIMIT}`);
-    } catch (err) { error.hidden = false; error.textContent = err.message; return; }
+    } catch (err) { error.hidden = false; setText(error, err.message); return; }
     clear(findings);
     const found = [
       ...page.diagnostics.map((d) => ({ line: d.line, severity: "error", rule: "read", message: d.kind })),
@@ -69,7 +69,7 @@ export function traceView(root, id) {
           `file ${f.index}`, h("span", { class: "muted small" }, ` ${f.records} records · ${f.size} bytes${f.closed ? " · closed" : ""}`)));
       }
       if (rows.length) openFile(rows[rows.length - 1].index);
-    } catch (err) { error.hidden = false; error.textContent = err.message; }
+    } catch (err) { error.hidden = false; setText(error, err.message); }
   })();
   return { close() { current = null; } };
 }

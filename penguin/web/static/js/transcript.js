@@ -2,7 +2,8 @@
 // incrementally: only the newest blocks are built at first, older ones when scrolled to (a
 // 5,000-message session opens without building 5,000 nodes). Partial messages stream into
 // their block; the complete message replaces them. Does not: send requests (callbacks do).
-import { h, visible } from "./dom.js";
+import { authImage } from "./api.js";
+import { h, visible, setText } from "./dom.js";
 import { markdown } from "./markdown.js";
 
 const PAGE = 150;
@@ -113,7 +114,7 @@ export class Transcript {
     }
     if (p.event_type === "delta" && content) {
       block.text += content;
-      if (block.live) block.live.appendData(content);
+      if (block.live) block.live.appendData(visible(content));
     }
     return block;
   }
@@ -296,7 +297,7 @@ export class Transcript {
 
   updateMore() {
     this.more.hidden = this.first === 0;
-    this.more.textContent = `Show ${Math.min(PAGE, this.first)} earlier messages (${this.first} not shown)`;
+    setText(this.more, `Show ${Math.min(PAGE, this.first)} earlier messages (${this.first} not shown)`);
   }
 
   node(block) {
@@ -315,6 +316,10 @@ function imageSrc(sessionId, target) {
   return `/api/sessions/${encodeURIComponent(sessionId)}/scratchpad/${encodeURIComponent(name)}`;
 }
 
+function shot(alt, url) {
+  return authImage(h("img", { class: "shot", alt }), url);
+}
+
 const RENDER = {
   user(b, t) {
     return h("div", { class: "msg user" },
@@ -323,7 +328,7 @@ const RENDER = {
       b.goal ? h("details", { class: "goal-block" }, h("summary", null, "goal instructions"),
         h("pre", null, visible(b.goal.block))) : null,
       h("div", { class: "body plain" }, visible(b.text)),
-      b.images.map((img) => h("img", { class: "shot", alt: "attached image", src: imageSrc(t.sessionId, img) })));
+      b.images.map((img) => shot("attached image", imageSrc(t.sessionId, img))));
   },
   assistant(b, t) {
     if (b.streaming) {
@@ -361,7 +366,7 @@ const RENDER = {
         h("button", { class: "primary approve", onclick: () => t.cb.onDecide(b.id, "allow") }, "Approve"),
         h("button", { class: "danger deny", onclick: () => t.cb.onDecide(b.id, "deny") }, "Deny")) : null,
       b.output !== null && b.output !== undefined ? h("pre", { class: "output" }, visible(b.output)) : null,
-      (b.images || []).map((img) => h("img", { class: "shot", alt: "tool image", src: imageSrc(t.sessionId, img) })),
+      (b.images || []).map((img) => shot("tool image", imageSrc(t.sessionId, img))),
       b.child || b.children.length ? h("div", { class: "nested" },
         h("div", { class: "muted small" }, "Subagent ",
           b.child ? h("a", { href: `#/s/${encodeURIComponent(b.child)}` }, b.child) : null),
@@ -372,7 +377,7 @@ const RENDER = {
       h("div", { class: "body plain" }, visible(b.text)));
   },
   image(b, t) {
-    return h("div", { class: `msg ${b.role}` }, h("img", { class: "shot", alt: "image", src: imageSrc(t.sessionId, b.src) }));
+    return h("div", { class: `msg ${b.role}` }, shot("image", imageSrc(t.sessionId, b.src)));
   },
   notice(b) {
     return h("div", { class: `notice ${b.cls}` }, visible(b.text),

@@ -1,0 +1,330 @@
+"""`penguin serve` safe by construction (issue 29; R-SRV-1, R-SRV-2, R-SRV-10, R-SRV-14):
+browser logins that another app on another port cannot use, bad inputs refused, a client's
+disconnect not logged as a fault, header and body timeouts, a clean end of streams."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+import uvicorn
+from serverkit import AUTH, TOKEN, Reader, is_server, scripted, served
+
+from penguin.server._logins import Logins
+
+pytestmark = pytest.mark.anyio
+
+PNG_1PX = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
+
+
+# ---------------------------------------------------------------------------- item 1: logins
+
+
+@asynccontextmanager
+async def _third_app() -> AsyncIterator[tuple[str, list[dict[str, str]]]]:
+    """Another web app on the same host, on a third port: it records what browsers send it."""
+    received: list[dict[str, str]] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        received.append({k.decode(): v.decode() for k, v in scope["headers"]})
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"hello"})
+
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", log_level="warning")
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server._serve)
+        while not server.started:
+            await anyio.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        try:
+            yield f"http://127.0.0.1:{port}", received
+        finally:
+            server.should_exit = True
+
+
+async def test_r_srv_1_a_login_on_one_port_is_useless_to_an_app_on_another(
+    tmp_path: Path,
+) -> None:
+    """Issue 29 acceptance: a browser (one cookie jar, which like every browser ignores ports)
+    logs in to two servers on two ports; a third app on a third port receives their cookies and
+    cannot authenticate to either with anything it received; both logins keep working."""
+    llm = scripted([{"text": "ok"}])
+    async with (
+        served(tmp_path / "a", llm_factory=llm) as a,
+        served(tmp_path / "b", llm_factory=llm, token=TOKEN + "-b") as b,
+        _third_app() as (third, received),
+    ):
+        assert len({a.base, b.base, third}) == 3
+        async with httpx.AsyncClient(timeout=30) as browser:
+            keys = {}
+            for srv, token in ((a, TOKEN), (b, TOKEN + "-b")):
+                r = await browser.post(f"{srv.base}/api/login", json={"token": token})
+                assert r.status_code == 200, r.text
+                keys[srv.base] = r.json()["key"]
+                port = srv.base.rsplit(":", 1)[1]
+                cookie = r.headers["set-cookie"]
+                assert cookie.startswith(f"penguin_session_{port}=")
+                assert "HttpOnly" in cookie and "SameSite=strict" in cookie
+                assert "Max-Age=" in cookie
+                # The master token never leaves the Authorization header.
+                assert token not in cookie and token not in r.text
+            assert len(browser.cookies.jar) == 2  # one per server: neither overwrote the other
+            for srv in (a, b):
+                r = await browser.get(
+                    f"{srv.base}/api/sessions", headers={"X-Penguin-Key": keys[srv.base]}
+                )
+                assert r.status_code == 200, r.text
+            # The browser visits the third app: it receives both servers' cookies.
+            assert (await browser.get(f"{third}/")).status_code == 200
+        got = received[-1]
+        assert "penguin_session_" in got.get("cookie", "")
+        assert TOKEN not in json.dumps(received)
+        values = [v for part in got["cookie"].split(";") for v in [part.split("=", 1)[1]]]
+        async with httpx.AsyncClient(timeout=30) as thief:
+            for srv in (a, b):
+                attempts: list[dict[str, str]] = [{"Cookie": got["cookie"]}]
+                attempts += [{"Authorization": f"Bearer {v}"} for v in values]
+                attempts += [{"Cookie": got["cookie"], "X-Penguin-Key": v} for v in values]
+                for headers in attempts:
+                    r = await thief.get(f"{srv.base}/api/sessions", headers=headers)
+                    assert r.status_code == 401, (srv.base, headers)
+
+
+async def test_r_srv_1_logout_revokes_the_login_and_the_cookie_alone_is_not_enough(
+    tmp_path: Path,
+) -> None:
+    async with served(tmp_path, llm_factory=scripted([{"text": "ok"}])) as srv:
+        async with httpx.AsyncClient(base_url=srv.base, timeout=30) as browser:
+            r = await browser.post("/api/login", json={"token": TOKEN})
+            key = {"X-Penguin-Key": r.json()["key"]}
+            name = f"penguin_session_{srv.base.rsplit(':', 1)[1]}"
+            session = browser.cookies[name]
+            assert session != TOKEN
+            assert (await browser.get("/api/sessions")).status_code == 401  # cookie alone
+            assert (await browser.get("/api/sessions", headers=key)).status_code == 200
+            origin = {**key, "Origin": srv.base}
+            assert (await browser.post("/api/logout", headers=origin)).status_code == 204
+            # The old cookie and key, replayed, are refused: the login is gone server-side.
+            replay = {**key, "Cookie": f"{name}={session}"}
+            async with httpx.AsyncClient(base_url=srv.base, timeout=30) as again:
+                assert (await again.get("/api/sessions", headers=replay)).status_code == 401
+
+
+def test_r_srv_1_logins_expire_and_a_token_change_revokes_them() -> None:
+    now = [1000.0]
+    logins = Logins(ttl=60, clock=lambda: now[0])
+    grant = logins.create("token-one-0123456789")
+    assert logins.check(grant.session, grant.key, "token-one-0123456789")
+    assert not logins.check(grant.session, "wrong", "token-one-0123456789")
+    assert not logins.check(grant.session, grant.key, "token-two-0123456789")  # token changed
+    assert not logins.check(grant.session, grant.key, "token-one-0123456789")  # and stays gone
+    other = logins.create("token-one-0123456789")
+    now[0] += 61
+    assert not logins.check(other.session, other.key, "token-one-0123456789")  # expired
+    assert len(logins) == 0
+    bounded = Logins(limit=3)
+    grants = [bounded.create("t" * 20) for _ in range(5)]
+    assert len(bounded) == 3 and not bounded.check(grants[0].session, grants[0].key, "t" * 20)
+
+
+# ---------------------------------------------------------------------------- item 3: logs, timeouts
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextmanager
+def _captured() -> Iterator[_Records]:
+    handler = _Records()
+    loggers = [logging.getLogger(n) for n in ("penguin.server", "uvicorn.error", "uvicorn")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.addHandler(handler)
+    logging.getLogger("penguin.server").setLevel(logging.DEBUG)
+    try:
+        yield handler
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.removeHandler(handler)
+            lg.setLevel(level)
+
+
+def _port(base: str) -> int:
+    return int(base.rsplit(":", 1)[1])
+
+
+async def test_a_client_hanging_up_mid_body_is_one_debug_line(tmp_path: Path) -> None:
+    with _captured() as logs:
+        async with served(tmp_path, llm_factory=scripted([{"text": "ok"}])) as srv:
+            sid = await srv.new_session()
+            for _ in range(3):
+                stream = await anyio.connect_tcp("127.0.0.1", _port(srv.base))
+                head = (
+                    f"POST /api/sessions/{sid}/tasks HTTP/1.1\r\nHost: x\r\n"
+                    f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
+                    "Content-Length: 1000\r\n\r\n"
+                )
+                await stream.send(head.encode() + b'{"input": [')
+                await stream.aclose()  # hangs up mid-body
+            with anyio.fail_after(20):
+                while len(logs.records) < 3:
+                    await anyio.sleep(0.01)  # waits for the server's handling, orders nothing
+            assert (await srv.client.get("/api/sessions")).status_code == 200
+    assert [r.levelno for r in logs.records] == [logging.DEBUG] * 3, [
+        r.getMessage() for r in logs.records
+    ]
+    assert all(r.exc_info is None for r in logs.records)
+
+
+async def test_request_headers_must_arrive_in_time(tmp_path: Path) -> None:
+    async with served(tmp_path, header_timeout=0.3) as srv:
+        async with await anyio.connect_tcp("127.0.0.1", _port(srv.base)) as stream:
+            await stream.send(b"GET /api/sessions HTTP/1.1\r\nHost: x\r\n")  # never finished
+            with anyio.fail_after(10):
+                with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError, OSError)):
+                    while True:
+                        await stream.receive()
+        # A kept-alive connection gets a new deadline for its next request.
+        async with await anyio.connect_tcp("127.0.0.1", _port(srv.base)) as stream:
+            req = f"GET /api/sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+            await stream.send(req.encode())
+            first = await stream.receive()
+            assert first.startswith(b"HTTP/1.1 200")
+            await stream.send(b"GET /api/sessions HTTP/1.1\r\n")
+            with anyio.fail_after(10):
+                with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError, OSError)):
+                    while True:
+                        await stream.receive()
+
+
+async def test_a_stalled_body_is_answered_408(tmp_path: Path) -> None:
+    async with served(
+        tmp_path, body_timeout=0.3, llm_factory=scripted([{"text": "ok"}])
+    ) as srv:
+        stream = await anyio.connect_tcp("127.0.0.1", _port(srv.base))
+        head = (
+            f"POST /api/sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+        )
+        await stream.send(head.encode())
+        data = b""
+        with anyio.fail_after(10):
+            try:
+                while b"request_timeout" not in data:
+                    data += await stream.receive()
+            except anyio.EndOfStream:
+                pass
+        await stream.aclose()
+        assert data.startswith(b"HTTP/1.1 408"), data
+        assert b"request_timeout" in data
+
+
+# ---------------------------------------------------------------------------- item 4: bad inputs
+
+
+async def test_r_srv_4_an_invalid_image_is_refused_and_nothing_recorded(tmp_path: Path) -> None:
+    async with served(tmp_path, llm_factory=scripted([{"text": "ok"}])) as srv:
+        sid = await srv.new_session()
+        bad = [
+            "data:image/png;base64,!!!!",
+            "data:image/png;base64,AAAA",  # valid base64, not a PNG
+            "data:image/svg+xml;base64,PHN2Zy8+",
+            f"data:image/jpeg;base64,{PNG_1PX}",  # a PNG declared as JPEG
+        ]
+        for url in bad:
+            body = {"input": [{"type": "text", "text": "x"}, {"type": "image", "data_url": url}]}
+            r = await srv.post(f"/api/sessions/{sid}/tasks", body)
+            assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_image", url
+            assert "input[1]" in r.json()["error"]["message"]
+        traces = list(tmp_path.rglob(f"{sid}_*.jsonl"))
+        assert not any("image" in p.read_text() for p in traces)
+        assert not [p for p in tmp_path.rglob("*") if p.suffix in (".png", ".jpg", ".jpeg")]
+        good = {"input": [{"type": "image", "data_url": f"data:image/png;base64,{PNG_1PX}"}]}
+        assert (await srv.post(f"/api/sessions/{sid}/tasks", good)).status_code == 202
+
+
+async def test_r_srv_10_bad_dates_are_refused(tmp_path: Path) -> None:
+    async with served(tmp_path) as srv:
+        for path in ("/api/usage", "/api/usage/errors"):
+            for query in ("from=notadate", "to=2026-13-45", "from=2026-01-01&to=yesterday"):
+                r = await srv.client.get(f"{path}?{query}")
+                assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_query"
+            r = await srv.client.get(f"{path}?from=2026-01-01&to=2026-02-01T10:00:00%2B00:00")
+            assert r.status_code == 200, r.text
+
+
+def _penguin(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    exe = os.path.join(os.path.dirname(sys.executable), "penguin")
+    script = home / "s.json"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(json.dumps({"responses": [[{"text": "x"}]]}))
+    env = {k: v for k, v in os.environ.items() if k != "PENGUIN_SERVER_TOKEN"}
+    return subprocess.run(
+        [exe, "--home", str(home), "serve", *args, "--script", str(script)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+
+
+def test_r_srv_1_a_weak_token_is_refused_for_a_public_bind(tmp_path: Path) -> None:
+    r = _penguin(tmp_path, "--host", "0.0.0.0", "--port", "0", "--token", "x")
+    assert r.returncode == 2, r.stderr
+    assert "1-character token" in r.stderr and "16" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_a_busy_port_is_named_and_exits_2(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = _penguin(tmp_path, "--port", str(port), "--token", TOKEN)
+    assert r.returncode == 2, r.stderr
+    assert f"port {port} on 127.0.0.1 is already in use" in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+async def test_r_srv_14_shutdown_ends_streams_with_a_complete_response(tmp_path: Path) -> None:
+    """SIGTERM's path (``begin_shutdown``): every open stream ends with the chunked body's
+    terminator, so clients see a clean end, not a broken response."""
+    async with served(tmp_path, llm_factory=scripted([{"text": "ok"}])) as srv:
+        sid = await srv.new_session()
+        async with (
+            srv.client.stream("GET", f"/api/sessions/{sid}/stream") as one,
+            srv.client.stream("GET", "/api/events") as users,
+        ):
+            r1, r2 = Reader(one), Reader(users)
+            await r1.until(is_server("task_state"))
+            await r2.opened()
+            srv.app.state.penguin.begin_shutdown()
+            with anyio.fail_after(15):
+                for reader in (r1, r2):
+                    with pytest.raises(EOFError):  # not httpx.RemoteProtocolError
+                        while True:
+                            await reader.next()
+    assert AUTH  # the streams above were authenticated with the bearer token
