@@ -131,9 +131,7 @@ async def read_raw(request: Request, *, limit: int) -> bytes:
             except StopAsyncIteration:
                 return b"".join(chunks)
         if waited.cancelled_caught:
-            raise ApiError(
-                408, "request_timeout", f"the request body stalled for {timeout:g} s"
-            )
+            raise ApiError(408, "request_timeout", f"the request body stalled for {timeout:g} s")
         size += len(chunk)
         if size > limit:
             raise ApiError(413, "body_too_large", f"the body exceeds {limit} bytes")

@@ -77,6 +77,4 @@ def uvicorn_config(
     **options: Any,
 ) -> uvicorn.Config:
     """The ``Config`` of ``penguin serve`` (the tests serve through it too)."""
-    return uvicorn.Config(
-        app, host=host, port=port, http=protocol_class(header_timeout), **options
-    )
+    return uvicorn.Config(app, host=host, port=port, http=protocol_class(header_timeout), **options)

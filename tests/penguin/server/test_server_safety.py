@@ -19,15 +19,13 @@ import anyio
 import httpx
 import pytest
 import uvicorn
-from serverkit import AUTH, TOKEN, Reader, is_server, scripted, served
+from serverkit import TOKEN, Reader, is_server, scripted, served
 
 from penguin.server._logins import Logins
 
 pytestmark = pytest.mark.anyio
 
-PNG_1PX = (
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
-)
+PNG_1PX = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 
 
 # ---------------------------------------------------------------------------- item 1: logins
@@ -110,21 +108,23 @@ async def test_r_srv_1_a_login_on_one_port_is_useless_to_an_app_on_another(
 async def test_r_srv_1_logout_revokes_the_login_and_the_cookie_alone_is_not_enough(
     tmp_path: Path,
 ) -> None:
-    async with served(tmp_path, llm_factory=scripted([{"text": "ok"}])) as srv:
-        async with httpx.AsyncClient(base_url=srv.base, timeout=30) as browser:
-            r = await browser.post("/api/login", json={"token": TOKEN})
-            key = {"X-Penguin-Key": r.json()["key"]}
-            name = f"penguin_session_{srv.base.rsplit(':', 1)[1]}"
-            session = browser.cookies[name]
-            assert session != TOKEN
-            assert (await browser.get("/api/sessions")).status_code == 401  # cookie alone
-            assert (await browser.get("/api/sessions", headers=key)).status_code == 200
-            origin = {**key, "Origin": srv.base}
-            assert (await browser.post("/api/logout", headers=origin)).status_code == 204
-            # The old cookie and key, replayed, are refused: the login is gone server-side.
-            replay = {**key, "Cookie": f"{name}={session}"}
-            async with httpx.AsyncClient(base_url=srv.base, timeout=30) as again:
-                assert (await again.get("/api/sessions", headers=replay)).status_code == 401
+    async with (
+        served(tmp_path, llm_factory=scripted([{"text": "ok"}])) as srv,
+        httpx.AsyncClient(base_url=srv.base, timeout=30) as browser,
+    ):
+        r = await browser.post("/api/login", json={"token": TOKEN})
+        key = {"X-Penguin-Key": r.json()["key"]}
+        name = f"penguin_session_{srv.base.rsplit(':', 1)[1]}"
+        session = browser.cookies[name]
+        assert session != TOKEN
+        assert (await browser.get("/api/sessions")).status_code == 401  # cookie alone
+        assert (await browser.get("/api/sessions", headers=key)).status_code == 200
+        origin = {**key, "Origin": srv.base}
+        assert (await browser.post("/api/logout", headers=origin)).status_code == 204
+        # The old cookie and key, replayed, are refused: the login is gone server-side.
+        replay = {**key, "Cookie": f"{name}={session}"}
+        async with httpx.AsyncClient(base_url=srv.base, timeout=30) as again:
+            assert (await again.get("/api/sessions", headers=replay)).status_code == 401
 
 
 def test_r_srv_1_logins_expire_and_a_token_change_revokes_them() -> None:
@@ -172,6 +172,16 @@ def _captured() -> Iterator[_Records]:
             lg.setLevel(level)
 
 
+async def _until_closed(stream: Any) -> None:
+    """Reads until the server closes the connection (``fail_after`` bounds the wait)."""
+    with anyio.fail_after(10):
+        try:
+            while True:
+                await stream.receive()
+        except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+            return
+
+
 def _port(base: str) -> int:
     return int(base.rsplit(":", 1)[1])
 
@@ -203,10 +213,7 @@ async def test_request_headers_must_arrive_in_time(tmp_path: Path) -> None:
     async with served(tmp_path, header_timeout=0.3) as srv:
         async with await anyio.connect_tcp("127.0.0.1", _port(srv.base)) as stream:
             await stream.send(b"GET /api/sessions HTTP/1.1\r\nHost: x\r\n")  # never finished
-            with anyio.fail_after(10):
-                with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError, OSError)):
-                    while True:
-                        await stream.receive()
+            await _until_closed(stream)
         # A kept-alive connection gets a new deadline for its next request.
         async with await anyio.connect_tcp("127.0.0.1", _port(srv.base)) as stream:
             req = f"GET /api/sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
@@ -214,16 +221,11 @@ async def test_request_headers_must_arrive_in_time(tmp_path: Path) -> None:
             first = await stream.receive()
             assert first.startswith(b"HTTP/1.1 200")
             await stream.send(b"GET /api/sessions HTTP/1.1\r\n")
-            with anyio.fail_after(10):
-                with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError, OSError)):
-                    while True:
-                        await stream.receive()
+            await _until_closed(stream)
 
 
 async def test_a_stalled_body_is_answered_408(tmp_path: Path) -> None:
-    async with served(
-        tmp_path, body_timeout=0.3, llm_factory=scripted([{"text": "ok"}])
-    ) as srv:
+    async with served(tmp_path, body_timeout=0.3, llm_factory=scripted([{"text": "ok"}])) as srv:
         stream = await anyio.connect_tcp("127.0.0.1", _port(srv.base))
         head = (
             f"POST /api/sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
@@ -324,7 +326,14 @@ async def test_r_srv_14_shutdown_ends_streams_with_a_complete_response(tmp_path:
             srv.app.state.penguin.begin_shutdown()
             with anyio.fail_after(15):
                 for reader in (r1, r2):
-                    with pytest.raises(EOFError):  # not httpx.RemoteProtocolError
-                        while True:
-                            await reader.next()
-    assert AUTH  # the streams above were authenticated with the bearer token
+                    await _until_eof(reader)
+
+
+async def _until_eof(reader: Reader) -> None:
+    """Reads to the end: a clean end is ``EOFError``; a broken chunked body raises
+    ``httpx.RemoteProtocolError`` instead, failing the test."""
+    try:
+        while True:
+            await reader.next()
+    except EOFError:
+        return

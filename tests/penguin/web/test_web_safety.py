@@ -1,0 +1,144 @@
+"""The Web App safe by construction (issue 29, R-WEB-5): bidi and control characters from models,
+tools and traces are shown as visible escapes, by the CLI's own table, everywhere; the login
+never puts the token in a cookie and what another port's app receives is useless."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from webkit import TOKEN, Server, penguin_serve, shot
+
+from penguin.cli._safe import safe
+from penguin.web import STATIC_DIR
+
+TOOLS = [
+    {
+        "name": "exec_command",
+        "description": "Run a shell command.",
+        "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+    }
+]
+FILE = "invoice\u202etxt.sh"  # shows as "invoice" + "hs.txt" reversed when not neutralized
+SCRIPT = {
+    "tools": TOOLS,
+    "responses": [
+        [
+            {"thinking": "Plan: run \u2066it\u2069 \x1b[31mnow"},
+            {"text": "I will run \u202e" + "dlrow\u202c and ring \x07 the bell."},
+            {
+                "tool_call": {
+                    "name": "exec_command",
+                    "arguments": {"cmd": f"sh {FILE}"},
+                    "result": {"output": "ran \u200finvoice\x9b2J\r\n"},
+                }
+            },
+        ],
+        [{"text": "Done \u061c\u200e."}],
+    ],
+}
+# Every character the table escapes (bar lone surrogates, which a page cannot receive as text).
+UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with penguin_serve(tmp_path_factory.mktemp("web-safety"), SCRIPT, approve="ask") as s:
+        yield s
+
+
+def _shown(page: Any) -> str:
+    text: str = page.evaluate("() => document.body.innerText")
+    attrs: str = page.evaluate(
+        "() => [...document.querySelectorAll('*')].flatMap(e => [...e.attributes])"
+        ".filter(a => !['data-id', 'href', 'src'].includes(a.name)).map(a => a.value).join(' ')"
+    )
+    return text + "\n" + attrs
+
+
+def test_r_web_5_the_approval_card_shows_what_will_run(page: Any, server: Server) -> None:
+    """An approval card for ``invoice\\u202etxt.sh`` shows exactly that, never a reordered name;
+    the thinking, the reply, the output and the trace view neither carry a raw control or bidi
+    character."""
+    sid = server.api("POST", "/api/sessions", {"approval": "ask"})["id"]
+    page.goto(f"{server.base}/#/s/{sid}")
+    page.fill(".composer textarea", "Go")
+    page.click("button.send")
+    tool = page.locator(".tool").first
+    tool.locator("button.approve").wait_for()
+    assert "sh invoice\\u202etxt.sh" in tool.inner_text()
+    shown = _shown(page)
+    assert not UNSAFE.search(shown), repr(UNSAFE.search(shown))
+    shot(page, "web-bidi-approval")
+    tool.locator("button.approve").click()
+    page.wait_for_selector(".b-assistant >> text=Done")
+    page.locator(".b-thinking summary").first.click()
+    shown = _shown(page)
+    for expected in ("\\u2066it\\u2069", "\\x1b[31m", "\\u202edlrow\\u202c", "\\x07", "\\x9b2J"):
+        assert expected in shown, expected
+    assert not UNSAFE.search(shown), repr(UNSAFE.search(shown))
+    page.goto(f"{server.base}/#/s/{sid}/trace")
+    page.wait_for_selector(".record button.at")
+    page.locator(".record button.at").last.click()
+    page.wait_for_selector(".context .record-json")
+    shown = _shown(page)
+    assert "\\u202e" in shown and not UNSAFE.search(shown), repr(UNSAFE.search(shown))
+    page.goto(f"{server.base}/#/")
+    page.wait_for_selector(f"table.sessions tr[data-id='{sid}']")
+    assert not UNSAFE.search(_shown(page))
+
+
+def test_r_web_5_the_page_and_the_cli_escape_by_one_table(page: Any, server: Server) -> None:
+    """``visible()`` in dom.js mirrors ``penguin.cli._safe.safe``: the same characters, the same
+    escapes, for every code point of the BMP (lone surrogates included) and beyond."""
+    js: list[list[Any]] = page.evaluate(
+        """async () => {
+          const { visible } = await import('/js/dom.js');
+          const out = [];
+          for (let i = 0; i <= 0xffff; i++) {
+            const c = String.fromCharCode(i), v = visible(c);
+            if (v !== c) out.push([i, v]);
+          }
+          for (const cp of [0x1f600, 0xe0001, 0x10ffff]) {
+            const c = String.fromCodePoint(cp);
+            if (visible(c) !== c) out.push([cp, visible(c)]);
+          }
+          return out;
+        }"""
+    )
+    py = []
+    for i in [*range(0x10000), 0x1F600, 0xE0001, 0x10FFFF]:
+        c = chr(i)
+        if safe(c) != c:
+            py.append([i, safe(c)])
+    assert js == py
+    assert len(py) > 2048  # the table is not empty: C0/C1 controls, bidi, surrogates
+
+
+def test_r_web_5_login_keeps_the_token_out_of_cookies(page: Any, server: Server) -> None:
+    cookies = page.context.cookies()
+    assert [c["name"] for c in cookies] == [f"penguin_session_{server.base.rsplit(':', 1)[1]}"]
+    (cookie,) = cookies
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    assert TOKEN not in cookie["value"]
+    assert page.evaluate("() => localStorage.getItem('penguin.key')")
+    # Log out: the server ends the login; the page asks for the login URL again.
+    page.click("#logout")
+    page.wait_for_selector(".card.login")
+    assert page.evaluate("() => localStorage.getItem('penguin.key')") is None
+
+
+# A string reaches the page as text only through dom.js (``h``/``setText``/``visible``).
+SINKS = re.compile(r"\.textContent\s*=|\.nodeValue\s*=|\.data\s*[+]?=|appendData\((?!visible\()")
+
+
+def test_r_web_5_every_shown_string_goes_through_visible() -> None:
+    sources = sorted(p for p in Path(STATIC_DIR / "js").glob("*.js") if p.name != "dom.js")
+    assert sources
+    for path in sources:
+        text = path.read_text(encoding="utf-8")
+        assert not SINKS.search(text), f"{path.name}: {SINKS.search(text)}"
+        assert "new EventSource" not in text, path.name  # it cannot send the login's key
