@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from webkit import TOKEN, Server, penguin_serve, shot
 
-from penguin.cli._safe import safe
+from penguin.cli.terminal.safe import safe
 from penguin.web import STATIC_DIR
 
 TOOLS = [
@@ -92,7 +92,7 @@ def test_r_web_5_the_approval_card_shows_what_will_run(page: Any, server: Server
 
 
 def test_r_web_5_the_page_and_the_cli_escape_by_one_table(page: Any, server: Server) -> None:
-    """``visible()`` in dom.js mirrors ``penguin.cli._safe.safe``: the same characters, the same
+    """``visible()`` in dom.js mirrors ``penguin.cli.terminal.safe.safe``: the same characters, the same
     escapes, for every code point of the BMP (lone surrogates included) and beyond."""
     js: list[list[Any]] = page.evaluate(
         """async () => {

@@ -72,7 +72,7 @@ export function fmtNum(n) {
   return Number(n || 0).toLocaleString();
 }
 
-// The CLI's table (penguin/cli/_safe.py), mirrored: C0 controls but tab and newline, DEL, C1
+// The CLI's table (penguin/cli/terminal/safe.py), mirrored: C0 controls but tab and newline, DEL, C1
 // controls, the Unicode bidi controls and lone surrogates; each is shown as \xNN below U+0100,
 // else \uNNNN. tests/penguin/web/test_web_safety.py checks that both agree on every code point.
 const BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069";
