@@ -29,7 +29,9 @@ if TYPE_CHECKING:
         SessionInfo,
         validate_id,
     )
+    from ._lock import LockProbe, lock_path_of, probe_lock
     from ._names import parse_trace_name, trace_file_name
+    from ._private import create_private, write_private
     from ._reader import (
         MAX_LINE_BYTES,
         TraceRead,
@@ -83,6 +85,7 @@ if TYPE_CHECKING:
         UnknownPayload,
     )
     from ._summaries import SummaryCache, sidecar_path
+    from ._tail import TailRead, TailRecord, tail
     from ._writer import FsyncPolicy, TraceWriter
 
 # Public name -> the module that defines it.
@@ -100,6 +103,9 @@ _LAZY: dict[str, str] = {
         ("RecordTooLarge", "SessionLocked", "TraceDecodeError", "TraceError", "TraceWriteError"),
         "._exceptions",
     ),
+    **dict.fromkeys(("LockProbe", "lock_path_of", "probe_lock"), "._lock"),
+    **dict.fromkeys(("create_private", "write_private"), "._private"),
+    **dict.fromkeys(("TailRead", "TailRecord", "tail"), "._tail"),
     **dict.fromkeys(
         ("DEFAULT_AGENT", "DEFAULT_PROJECT", "DataRoot", "SessionInfo", "validate_id"),
         "._layout",
@@ -198,6 +204,7 @@ __all__ = [
     "ImageUrlPayload",
     "InlineDataPayload",
     "InlineThinkingPayload",
+    "LockProbe",
     "McpConnectBeginPayload",
     "McpConnectEndPayload",
     "ModelPayload",
@@ -216,6 +223,8 @@ __all__ = [
     "StopReason",
     "SubagentPayload",
     "SummaryCache",
+    "TailRead",
+    "TailRecord",
     "TextPayload",
     "ThinkingPayload",
     "TokenCounts",
@@ -230,18 +239,23 @@ __all__ = [
     "TraceWriteError",
     "TraceWriter",
     "UnknownPayload",
+    "create_private",
     "decode",
     "encode",
     "encode_line",
     "file_index",
     "iter_trace",
+    "lock_path_of",
     "make_private_dirs",
     "parse_trace_name",
+    "probe_lock",
     "read_trace",
     "scan_trace",
     "trace_file_name",
     "sidecar_path",
+    "tail",
     "validate_id",
+    "write_private",
 ]
 
 

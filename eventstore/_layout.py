@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import re
-import stat
+import shutil
 import warnings
 from collections.abc import Generator, Iterator
 from contextlib import closing
@@ -27,7 +27,9 @@ from typing import Final, Literal, NamedTuple
 
 from ._codec import decode
 from ._dirs import make_private_dirs
+from ._lock import lock_path_of, take_lock
 from ._names import parse_trace_name, trace_file_name
+from ._private import write_private
 from ._reader import MAX_LINE_BYTES, _scan, file_index
 from ._residue import ResidueCheck
 from ._schema import OmniMessage
@@ -273,32 +275,60 @@ class DataRoot:
 
     def write_private(self, path: str | os.PathLike[str], data: bytes) -> Path:
         """Replace the file ``path`` (under the root) with ``data``, mode 0600 whatever the
-        umask, parents created 0700 (R-ROOT-9).  Written to a private temporary file beside it
-        and renamed over it, so a reader sees the old content or the new, never a part; a
-        symlink at ``path`` is replaced, never followed."""
+        umask, parents created 0700 (R-ROOT-9): ``eventstore.write_private`` after checking
+        that the directory is under the root.  A reader sees the old content or the new, never
+        a part; a symlink at ``path`` is replaced, never followed."""
         target = Path(path) if Path(path).is_absolute() else self.home / path
-        parent = self.ensure_dir(target.parent)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-        while True:
-            temp = parent / f".{target.name}.{os.urandom(4).hex()}.tmp"
-            try:
-                fd = os.open(temp, flags, 0o600)
-            except FileExistsError:
-                continue
-            break
+        self.ensure_dir(target.parent)
+        return write_private(target, data)
+
+    # ----------------------------------------------------------------------- removal
+
+    def delete_session(
+        self,
+        session_id: str,
+        *,
+        project: str | None = None,
+        agent: str | None = None,
+        missing_ok: bool = False,
+    ) -> list[Path]:
+        """Delete a session: its trace files, their summaries sidecar, its lock file and its
+        scratchpad directory; returns what was removed.  Done while holding the session lock,
+        so a session a writer has open raises ``SessionLocked`` and nothing is removed, and no
+        writer can open it meanwhile.  An unknown session raises ``FileNotFoundError`` (with
+        ``missing_ok``, its scratchpad alone is removed).  A symlinked scratchpad is not
+        entered (R-ROOT-9)."""
+        from ._summaries import sidecar_path
+
+        validate_id(session_id, what="session id")
+        pad = self.scratchpad(session_id, project=project, agent=agent)
         try:
-            try:
-                os.fchmod(fd, stat.S_IRUSR | stat.S_IWUSR)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-            finally:
+            files = self.trace_files(session_id, project=project, agent=agent)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+            files = []
+        removed: list[Path] = []
+        lock = lock_path_of(files[-1]) if files else None
+        fd = take_lock(lock, session_id=session_id, sync=False) if lock is not None else -1
+        try:
+            extras = [sidecar_path(files[0])] if files else []
+            for path in [*files, *extras]:
+                try:
+                    path.unlink()
+                except FileNotFoundError:
+                    continue
+                removed.append(path)
+            if pad.is_dir() and not pad.is_symlink():
+                shutil.rmtree(pad, ignore_errors=True)
+                removed.append(pad)
+            if lock is not None:
+                lock.unlink(missing_ok=True)
+                removed.append(lock)
+        finally:
+            if fd >= 0:
                 os.close(fd)
-            os.replace(temp, target)
-        except BaseException:
-            temp.unlink(missing_ok=True)
-            raise
-        return target
+        return removed
 
     # ----------------------------------------------------------------------- internals
 

@@ -16,7 +16,6 @@ looked up on the ``os`` module when it is called, so tests can inject faults by 
 from __future__ import annotations
 
 import errno as _errno
-import fcntl
 import io
 import os
 import threading
@@ -29,6 +28,7 @@ from ._codec import decode, encode_line
 from ._diagnostics import Diagnostic
 from ._dirs import make_private_dirs, sync_dir
 from ._exceptions import RecordTooLarge, SessionLocked, TraceDecodeError, TraceWriteError
+from ._lock import default_lock_path, open_private, take_lock
 from ._names import parse_trace_name, trace_file_name
 from ._residue import is_rotation_head
 from ._schema import (
@@ -117,7 +117,7 @@ class TraceWriter:
         self._blocked = False
 
         self._lock_path: Final = (
-            Path(lock_path) if lock_path is not None else path.parent / f"{session_id}.lock"
+            Path(lock_path) if lock_path is not None else default_lock_path(path, session_id)
         )
         for directory in {path.parent, self._lock_path.parent}:
             try:
@@ -350,34 +350,15 @@ class TraceWriter:
     def _acquire_lock(self) -> int:
         path = self._lock_path
         try:
-            fd, created = _open_file(path, os.O_RDWR)
+            return take_lock(path, session_id=self.session_id, sync=self._sync_dirs)
+        except SessionLocked:
+            raise
         except OSError as exc:
-            raise TraceWriteError(
-                _describe(exc, "cannot open the session lock"), path=path, errno=exc.errno
-            ) from exc
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = _read_pid(fd)
-                raise SessionLocked(
-                    session_id=self.session_id, holder_pid=holder, path=path
-                ) from None
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-            if created and self._sync_dirs:
-                sync_dir(path.parent)
-        except OSError as exc:
-            os.close(fd)
             if isinstance(exc, TraceWriteError):
                 raise
             raise TraceWriteError(
                 _describe(exc, "cannot take the session lock"), path=path, errno=exc.errno
             ) from exc
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
 
     def _open_trace(self, path: Path, *, reuse_residue: bool) -> tuple[int, int]:
         """Open ``path`` for appending; return the descriptor and the file's size.
@@ -386,7 +367,7 @@ class TraceWriter:
         file must be crash residue (R-ROOT-10), which is emptied; anything else is refused.
         """
         try:
-            fd, created = _open_file(path, os.O_WRONLY | os.O_APPEND)
+            fd, created = open_private(path, os.O_WRONLY | os.O_APPEND)
         except OSError as exc:
             raise TraceWriteError(
                 _describe(exc, "cannot open the trace file"), path=path, errno=exc.errno
@@ -484,44 +465,6 @@ def _describe(exc: OSError, what: str) -> str:
         return str(exc)
     reason = exc.strerror or str(exc) or type(exc).__name__
     return f"{what}: {reason}"
-
-
-def _open_file(path: Path, flags: int) -> tuple[int, bool]:
-    """Open (creating 0600 if missing, whatever the umask: R-ROOT-9); say whether it was created.
-
-    A symlink is never followed (R-ROOT-9): a planted ``<session>.lock`` or trace link pointing
-    outside the data root must not be truncated or written through.
-    """
-    flags |= _CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
-    while True:
-        try:
-            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, _FILE_MODE)
-        except FileExistsError:
-            pass
-        else:
-            try:
-                os.fchmod(fd, _FILE_MODE)
-            except BaseException:
-                os.close(fd)
-                raise
-            return fd, True
-        try:
-            return os.open(path, flags), False
-        except FileNotFoundError:
-            continue  # removed between the two opens: try to create it again
-
-
-def _read_pid(fd: int) -> int | None:
-    try:
-        text = os.pread(fd, 64, 0)
-    except OSError:
-        return None
-    try:
-        # The pid is the first line (a holder that wrote without truncating leaves debris).
-        pid = int(text.split(b"\n", 1)[0].strip() or b"x")
-    except ValueError:
-        return None
-    return pid if pid > 0 else None
 
 
 def _last_newline_end(f: io.FileIO, size: int) -> int:

@@ -16,7 +16,6 @@ the few that do are rewritten at the JSON level, keeping every key they had.
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import shutil
 import stat
@@ -37,6 +36,7 @@ from eventstore import (
     TextPayload,
     decode,
     file_index,
+    probe_lock,
     scan_trace,
 )
 from projections import ModelContext
@@ -134,46 +134,15 @@ def _check_position(at: object) -> tuple[int, int]:
 def _probe_lock(
     root: DataRoot, session_id: str, project: str, agent: str, files: dict[int, Path]
 ) -> None:
-    """R-FORK-5: refuse while a writer holds the session's lock.
-
-    The probe takes the lock without blocking and releases it at once (the fork itself holds no
-    lock, R-FORK-5).  ``flock`` locks belong to open file descriptions, so a ``TraceWriter`` of
-    this very process conflicts with the probe just as another process's does.  A writer that
-    starts during the instant the probe holds the lock sees ``SessionLocked`` and may retry.
-    """
+    """R-FORK-5: refuse while a writer holds the session's lock (asked of the lock itself,
+    ``eventstore.probe_lock``; the fork holds no lock).  A symlinked lock file is refused
+    (R-ROOT-9)."""
     dates = {p.parent.name for p in files.values()}
     for date in sorted(dates):
         path = root.lock_path(session_id, project=project, agent=agent, date=date)
-        flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
-        try:
-            fd = os.open(path, flags)
-        except FileNotFoundError:
-            continue  # no writer has ever opened the session here
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:  # R-ROOT-9: never follow a planted symlink
-                raise ValueError(f"refusing a symlinked session lock file: {path}") from None
-            raise
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise SessionLocked(
-                    session_id=session_id, holder_pid=_read_pid(fd), path=path
-                ) from None
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
-
-
-def _read_pid(fd: int) -> int | None:
-    try:
-        text = os.pread(fd, 32, 0).decode("ascii", "replace")
-    except OSError:
-        return None
-    # The holder writes its pid on the first line; a shorter pid written over a longer one
-    # without truncating leaves the old digits on the next line.
-    first = text.split("\n", 1)[0].strip()
-    return int(first) if first.isdigit() else None
+        probe = probe_lock(path)
+        if probe.held:
+            raise SessionLocked(session_id=session_id, holder_pid=probe.holder_pid, path=path)
 
 
 def _records(path: Path) -> Generator[tuple[int, OmniMessage], None, None]:

@@ -18,9 +18,6 @@ PACKAGES = ["eventstore", "eventstore.builders", "projections", "engine", "engin
 # Names API.md "Additions" documents whose issue has not landed yet, each with that issue.
 # Remove a name when its issue lands: the test then pins it like every other name.
 PENDING: dict[str, str] = {
-    "eventstore.probe_lock": "issue 28",
-    "eventstore.tail": "issue 28",
-    "eventstore.write_private": "issue 28",
     "projections.SessionSettings": "issue 27",
     "projections.SessionStatus": "issue 27",
 }

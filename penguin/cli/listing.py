@@ -10,7 +10,6 @@ ordering by last activity, and resolving a unique id prefix.  Does not: print (`
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -24,6 +23,8 @@ from eventstore import (
     TextPayload,
     ToolListReadyPayload,
     file_index,
+    lock_path_of,
+    probe_lock,
     scan_trace,
 )
 
@@ -33,7 +34,7 @@ from .listcache import Cached, FileKey, ListCache, file_keys
 if TYPE_CHECKING:
     from projections import SessionState
 
-__all__ = ["SessionRow", "holder_alive", "list_sessions", "summarize"]
+__all__ = ["SessionRow", "writer_holds", "list_sessions", "summarize"]
 
 _PROMPT_CHARS: Final = 200
 
@@ -73,20 +74,14 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-def holder_alive(lock: Path) -> bool:
+def writer_holds(trace_file: Path) -> bool:
+    """Whether a writer has the session of ``trace_file`` open: asked of its lock (R-TRACE-18),
+    never of the pid written in it (that outlives the writer).  A lock that cannot be probed
+    (a planted symlink, no permission) counts as not held."""
     try:
-        pid = int(lock.read_text(encoding="ascii", errors="replace").split()[0])
-    except (OSError, ValueError, IndexError):
+        return probe_lock(lock_path_of(trace_file)).held
+    except (OSError, ValueError):
         return False
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _fold_file(row: SessionRow, state: SessionState, path: Path, *, last: bool) -> None:
@@ -147,11 +142,10 @@ def summarize(info: SessionInfo, active: float | None = None) -> SessionRow:
 
 
 def _open_status(row: SessionRow) -> None:
-    """A session left open is ``running`` while its lock's holder lives, else ``interrupted``
+    """A session left open is ``running`` while a writer holds its lock, else ``interrupted``
     (decided at each listing, never cached)."""
     if row.open and row.error is None:
-        lock = row.latest.parent / f"{row.session_id}.lock"
-        row.status = "running" if holder_alive(lock) else "interrupted"
+        row.status = "running" if writer_holds(row.latest) else "interrupted"
 
 
 def _to_cached(row: SessionRow, keys: list[FileKey]) -> Cached:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hmac
 import os
 import secrets
-from pathlib import Path
 from typing import Final
 
 from starlette.requests import HTTPConnection
@@ -39,19 +38,10 @@ def load_token(root: DataRoot, explicit: str | None = None) -> str:
             return text
     except FileNotFoundError:
         pass
-    root.ensure_dir(root.home)
     token = secrets.token_urlsafe(32)
-    _write_private(path, token)
+    # Atomic, 0600 and never through a symlink: a planted link is replaced, not followed.
+    root.write_private(path, token.encode() + b"\n")
     return token
-
-
-def _write_private(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, text.encode() + b"\n")
-    finally:
-        os.close(fd)
 
 
 def _same(given: str, token: str) -> bool:

@@ -11,7 +11,6 @@ a user abort would, then close).  Does not: speak HTTP or read pages of traces (
 from __future__ import annotations
 
 import logging
-import shutil
 from collections.abc import Callable, Sequence
 from contextlib import aclosing
 from pathlib import Path
@@ -471,16 +470,9 @@ class SessionHost:
             raise ApiError(409, "task_in_progress", "the session is busy")
         await self._unload(h)
         try:
-            files = self.root.trace_files(h.id, project=h.project, agent=h.agent)
-        except FileNotFoundError:
-            files = []
-        pad = self.root.scratchpad(h.id, project=h.project, agent=h.agent)
-        for path in files:
-            path.unlink(missing_ok=True)
-        if files:
-            (files[0].parent / f"{h.id}.lock").unlink(missing_ok=True)
-        if pad.is_dir() and not pad.is_symlink():
-            shutil.rmtree(pad, ignore_errors=True)
+            self.root.delete_session(h.id, project=h.project, agent=h.agent, missing_ok=True)
+        except SessionLocked as exc:  # another process has it open: deleting would lose records
+            raise ApiError(409, "session_locked", str(exc)) from None
         h.channel.close()
         self._hosted.pop(h.id, None)
 

@@ -161,6 +161,27 @@ def test_a_crashed_session_is_interrupted_not_completed(tmp_path: Path) -> None:
     assert "interrupted" in invoke("--home", home, "sessions").stdout
 
 
+def test_an_open_session_reads_running_only_while_its_writer_holds_the_lock(
+    tmp_path: Path,
+) -> None:
+    """Issue 28 (R-TRACE-18): the status asks the lock, not whether the pid in it lives.  A
+    writer that closed leaves its pid in the lock file, and this very process (that pid) goes
+    on: the session is ``interrupted``, not ``running``."""
+    from eventstore import TraceWriter
+
+    home = tmp_path / "home"
+    sid = sid_of(1)
+    path = trace_file(home, sid=sid)
+    writer = TraceWriter(path, fsync="never")
+    for record in [meta(sid), b.user_text("go"), b.request_begin()]:
+        writer.append(record)
+    (row,) = json.loads(invoke("--home", home, "sessions", "--json").stdout)
+    assert row["status"] == "running"
+    writer.close()
+    (row,) = json.loads(invoke("--home", home, "sessions", "--json").stdout)
+    assert row["status"] == "interrupted"
+
+
 # --------------------------------------------------------------------------- item 11
 
 

@@ -226,8 +226,7 @@ def _follow(path: Path, *, as_json: bool) -> None:
 
 
 def _being_written(path: Path) -> bool:
-    from penguin.cli.listing import holder_alive
+    from penguin.cli.listing import writer_holds
     from penguin.cli.tracefiles import trace_name
 
-    name = trace_name(path)
-    return name is not None and holder_alive(path.parent / f"{name[0]}.lock")
+    return trace_name(path) is not None and writer_holds(path)

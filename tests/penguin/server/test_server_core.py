@@ -116,6 +116,22 @@ def test_r_srv_1_token_generated_once_with_mode_0600(root: Path, monkeypatch: An
     assert create_app(root, watch=False).state.penguin.token == "from-env"
 
 
+def test_r_srv_1_token_is_never_written_through_a_planted_symlink(
+    root: Path, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Issue 28 (R-ROOT-9, security): a dangling ``server-token`` symlink planted in the home
+    must not make the server write its secret to the link's target."""
+    monkeypatch.delenv("PENGUIN_SERVER_TOKEN", raising=False)
+    root.mkdir(parents=True, exist_ok=True)
+    stolen = tmp_path / "attacker-readable"
+    (root / "server-token").symlink_to(stolen)
+    token = create_app(root, watch=False).state.penguin.token
+    assert not stolen.exists()
+    path = root / "server-token"
+    assert not path.is_symlink() and path.read_text().strip() == token
+    assert (path.stat().st_mode & 0o777) == 0o600
+
+
 async def test_without_a_model_sessions_are_refused_and_nothing_is_written(root: Path) -> None:
     """Safe by default: an app built without ``llm_factory`` never falls back to a demo script
     that would run real tools in the workspace."""
