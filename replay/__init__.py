@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ._export import export_trace, redact_record
     from ._fork import fork_session
     from ._import import ImportRefused, ImportResult, import_trace
+    from ._labels import request_label
     from ._repair import RepairChange, RepairResult, repair_trace
     from ._replay_llm import ReplayEnvironment, ReplayLLM, recorded_approve
     from ._resume import load_session, resume_session
@@ -37,6 +38,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("export_trace", "redact_record"), "._export"),
     "fork_session": "._fork",
     **dict.fromkeys(("ImportRefused", "ImportResult", "import_trace"), "._import"),
+    "request_label": "._labels",
     **dict.fromkeys(("RepairChange", "RepairResult", "repair_trace"), "._repair"),
     **dict.fromkeys(("ReplayEnvironment", "ReplayLLM", "recorded_approve"), "._replay_llm"),
     **dict.fromkeys(("load_session", "resume_session"), "._resume"),
@@ -73,6 +75,7 @@ __all__ = [
     "redact_record",
     "repair_trace",
     "request_at",
+    "request_label",
     "resume_session",
     "trace_point",
     "validate_file",

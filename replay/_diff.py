@@ -315,8 +315,11 @@ def _compare_calls(d: _Diffs, where: str, a: _Call, b: _Call) -> None:
             d.add(where, what, x, y, a_at or a.at, b_at or b.at)
             if what == "arguments":
                 d.count("calls_arguments_differ")
-            elif what in ("output", "output status"):
+            elif what == "output":
                 d.count("calls_outputs_differ")
+            elif what in ("call status", "output status"):
+                # Every difference whose name says "status" is counted as one (issue 30).
+                d.count("status_changes")
 
 
 def _compare_turns(d: _Diffs, where: str, a: _Turn, b: _Turn) -> None:

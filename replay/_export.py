@@ -39,6 +39,7 @@ from eventstore import (
     encode,
 )
 
+from ._labels import request_label
 from ._replay_llm import load_located
 from ._timetravel import Files
 
@@ -129,7 +130,7 @@ def _items(records: list[OmniMessage]) -> Iterator[_Item]:
             yield _Item("output", title, p.output, True)
         elif isinstance(p, RequestEndPayload) and p.status != "completed":
             detail = f": {p.error_message}" if p.error_message else ""
-            yield _Item("event", f"request {p.status}{detail}")
+            yield _Item("event", f"request {request_label(p.status, p.error_message)}{detail}")
         elif isinstance(p, CompactionEndPayload):
             yield _Item("event", f"compaction ({p.reason}, {p.mode}): {p.status}")
         elif isinstance(p, AbortPayload):

@@ -786,7 +786,12 @@ class _Checker(_CompactionChecks):
         else:
             self.only_head = False
 
-        if self.strict:
+        if _ts_key(msg.timestamp) is None:
+            # R-MSG-2: every reader (resume's times, analytics) needs the time; a garbled one
+            # would otherwise surface as a missing time far from here.
+            shown = msg.timestamp if len(msg.timestamp) <= 40 else msg.timestamp[:40] + "…"
+            self.error(line, "V-19", f"timestamp {shown!r} is not an ISO 8601 time")
+        elif self.strict:
             self._check_timestamp(line, msg, kind)
 
         # V-6: nothing may follow a completed compaction_end in its file.

@@ -51,9 +51,16 @@ class Fleet:
     ``diagnostics`` over trace files, in an in-memory DuckDB database.  Build one with
     ``open_fleet``; ``connection`` is the DuckDB connection for anything else."""
 
-    def __init__(self, connection: duckdb.DuckDBPyConnection, files: list[TraceFile]) -> None:
+    def __init__(
+        self,
+        connection: duckdb.DuckDBPyConnection,
+        files: list[TraceFile],
+        *,
+        read_only: bool = False,
+    ) -> None:
         self.connection = connection
         self.files = files
+        self.read_only = read_only
         self._fold_stored = False
 
     def __enter__(self) -> Fleet:
@@ -78,6 +85,8 @@ class Fleet:
     def sql(self, query: str, parameters: list[Any] | None = None) -> Result:
         """Run one SQL statement; a DuckDB error becomes ``AnalyticsError`` with its text."""
         duckdb = _duckdb()
+        if self.read_only:
+            self._check_reading(query)
         try:
             # The fold is computed on first use: a report on tool calls never pays for it.
             if not self._fold_stored and FOLD_READERS.search(query):
@@ -90,6 +99,23 @@ class Fleet:
             raise AnalyticsError(f"query failed: {exc}") from None
         return Result(columns, rows)
 
+    def _check_reading(self, query: str) -> None:
+        """Refuse any statement that does more than read, as DuckDB's own parser classifies it
+        (files and settings are already out of reach: ``_lock_down``)."""
+        duckdb = _duckdb()
+        try:
+            statements = self.connection.extract_statements(query)
+        except duckdb.Error as exc:
+            raise AnalyticsError(f"query failed: {exc}") from None
+        for statement in statements:
+            kind = statement.type
+            if kind not in (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN):
+                name = str(kind).rpartition(".")[2]
+                raise AnalyticsError(
+                    f"query refused: only reading statements run here (SELECT, WITH, "
+                    f"EXPLAIN, SHOW, DESCRIBE), not {name}"
+                )
+
     def report(self, name: str) -> Result:
         """One of ``REPORTS`` by name (``tools``, ``retries``, ``tokens-by-day``)."""
         if name not in REPORTS:
@@ -100,6 +126,8 @@ class Fleet:
         """Write every view as Parquet under ``directory/<view>/day=<yyyy-mm-dd>/``
         (Hive partitioning, readable by DuckDB, Spark, Trino, Polars); returns rows per view.
         Existing files of the same names are overwritten."""
+        if self.read_only:
+            raise AnalyticsError("this fleet is read-only: open it without read_only to export")
         target = Path(directory)
         target.mkdir(parents=True, exist_ok=True)
         counts: dict[str, int] = {}
@@ -123,6 +151,7 @@ def open_fleet(
     agent: str | None = None,
     max_line_bytes: int = MAX_LINE_BYTES,
     threads: int | None = None,
+    read_only: bool = False,
 ) -> Fleet:
     """Build the views over every trace file of a data root (``home``; default
     ``$PENGUIN_HOME``, else ``~/.penguin/data``) or of a glob (``traces``, ``**`` allowed).
@@ -131,6 +160,11 @@ def open_fleet(
     reader's decisions).  ``project``/``agent`` keep only the files of that project or agent.
     Raises ``AnalyticsUnavailable`` without DuckDB and
     ``AnalyticsError`` when given both sources.
+
+    ``read_only`` (``penguin query``): once the views are built, the connection can neither
+    read nor write a file, attach a database, load an extension or change a setting (DuckDB's
+    ``enable_external_access`` off, then ``lock_configuration`` on), and ``sql`` runs only
+    statements DuckDB parses as reading ones; ``export_parquet`` needs a writable fleet.
     """
     duckdb = _duckdb()
     if home is not None and traces is not None:
@@ -153,10 +187,13 @@ def open_fleet(
             con.execute(f"SET threads = {int(threads)}")
         load(con, files, max_line_bytes=max_line_bytes)
         create_views(con)
+        if read_only:
+            con.execute("SET enable_external_access = false")
+            con.execute("SET lock_configuration = true")
     except duckdb.Error as exc:
         con.close()
         raise AnalyticsError(f"building the views failed: {exc}") from None
     except BaseException:
         con.close()
         raise
-    return Fleet(con, files)
+    return Fleet(con, files, read_only=read_only)

@@ -5,7 +5,8 @@ to it over TCP, as it would to a provider.  Each queued ``Reply`` answers one re
 goes out with chunked transfer encoding, one HTTP chunk per listed piece, and the reply's ``end``
 decides how the response finishes: ``done`` (clean, keep-alive), ``cut`` (the socket closes
 without the terminating chunk), ``reset`` (a TCP RST after the pieces) or ``hang`` (nothing more
-is sent until the client goes away).
+is sent until the client goes away).  A ``Gate`` among the pieces holds the reply there until
+the test opens it: a stream that stops mid-answer for as long as the test needs, without sleeps.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any, Literal
 import anyio
 import anyio.abc
 import anyio.from_thread
+import anyio.to_thread
 
 HERE = Path(__file__).resolve().parents[1] / "engine" / "sse"
 
@@ -48,20 +50,32 @@ def split_every(body: bytes, size: int) -> list[bytes]:
     return [body[i : i + size] for i in range(0, len(body), size)]
 
 
+@dataclass(eq=False)
+class Gate:
+    """A point in a reply's body where the server waits: ``reached`` is set when the pieces
+    before it are sent; nothing more is sent until the test calls ``open()``."""
+
+    reached: threading.Event = field(default_factory=threading.Event)
+    opened: threading.Event = field(default_factory=threading.Event)
+
+    def open(self) -> None:
+        self.opened.set()
+
+
 @dataclass
 class Reply:
     status: int = 200
-    body: bytes | Sequence[bytes] = b""
+    body: bytes | Sequence[bytes | Gate] = b""
     headers: dict[str, str] = field(default_factory=lambda: {"content-type": "text/event-stream"})
     end: Literal["done", "cut", "reset", "hang"] = "done"
 
-    def pieces(self) -> list[bytes]:
+    def pieces(self) -> list[bytes | Gate]:
         if isinstance(self.body, bytes):
             return split_events(self.body) if self.body else []
         return list(self.body)
 
 
-def sse(body: bytes | Sequence[bytes], **kw: Any) -> Reply:
+def sse(body: bytes | Sequence[bytes | Gate], **kw: Any) -> Reply:
     return Reply(200, body, **kw)
 
 
@@ -155,7 +169,10 @@ class SSEServer:
         head += [f"{k}: {v}" for k, v in reply.headers.items()]
         await stream.send(("\r\n".join(head) + "\r\n\r\n").encode())
         for piece in reply.pieces():
-            if piece:
+            if isinstance(piece, Gate):
+                piece.reached.set()
+                await anyio.to_thread.run_sync(piece.opened.wait, abandon_on_cancel=True)
+            elif piece:
                 await stream.send(b"%x\r\n%s\r\n" % (len(piece), piece))
         if reply.end == "done":
             await stream.send(b"0\r\n\r\n")
