@@ -11,13 +11,13 @@ beyond ``Session.run/steer/compact/generate_title``.
 
 from __future__ import annotations
 
+import asyncio
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import anyio.abc
@@ -46,10 +46,12 @@ from .views.render import StreamRenderer, short_id
 
 if TYPE_CHECKING:
     from prompt_toolkit import PromptSession
+    from prompt_toolkit.formatted_text import AnyFormattedText
 
 __all__ = ["HELP", "Chat", "parse_slash"]
 
 _SPINNER: Final = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+_ANSWERS: Final = ("y", "yes", "n", "no", "a", "all")
 _QUIT_WINDOW_S: Final = 2.0
 HELP: Final = """\
 Type a task and press Enter; while it runs, a line you type steers it.
@@ -80,6 +82,98 @@ class _Status:
     started: float = field(default_factory=time.monotonic)
 
 
+class _ScreenLines:
+    """The chat's output while its prompt listens: whole lines only are written above the
+    prompt, and the unfinished last line of a streaming answer is drawn as the prompt's first
+    rows until its newline comes (issue 30 item 1).
+
+    prompt_toolkit draws its prompt from the start of the row the cursor is on and clears that
+    row when it redraws, so a line written without its newline (an answer whose stream has not
+    ended yet) was wiped by the next redraw.  Lines go out through ``run_in_terminal`` (erase
+    the prompt, write, draw it again) on the event loop; until then they are shown in the
+    prompt too, so nothing blinks.  ``write``/``flush`` make it a file for rich's ``Console``.
+    """
+
+    encoding = "utf-8"
+
+    def __init__(self, output: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self._output = output
+        self._loop = loop
+        self._lines: list[str] = []  # complete lines not yet written above the prompt
+        self.tail = ""  # the unfinished last line
+        self._scheduled = False
+
+    def write(self, data: str) -> int:
+        done, newline, self.tail = (self.tail + data).rpartition("\n")
+        if newline:
+            self._lines.append(done + newline)
+            if not self._scheduled:
+                self._scheduled = True
+                self._loop.call_soon_threadsafe(self._schedule)
+        self._redraw()
+        return len(data)
+
+    def flush(self) -> None:
+        """Nothing: a line leaves when it is whole (``close`` ends the last one)."""
+
+    def isatty(self) -> bool:
+        return True
+
+    def shown(self) -> str:
+        """What the prompt draws above its input line: lines on their way, then the tail."""
+        return "".join(self._lines) + self.tail
+
+    def close(self) -> None:
+        """Write whatever is held (the chat is ending): the tail gets its newline."""
+        if self.tail:
+            self._lines.append(self.tail + "\n")
+            self.tail = ""
+        self._emit()
+
+    def _schedule(self) -> None:
+        from prompt_toolkit.application import run_in_terminal
+
+        run_in_terminal(self._emit, in_executor=False)
+
+    def _emit(self) -> None:
+        self._scheduled = False
+        text, self._lines = "".join(self._lines), []
+        if text:
+            self._output.write_raw(text.replace("\n", "\r\n"))
+            self._output.flush()
+
+    @staticmethod
+    def _redraw() -> None:
+        from prompt_toolkit.application.current import get_app_or_none
+
+        app = get_app_or_none()
+        if app is not None and app.is_running:
+            app.invalidate()
+
+
+def _wrapped(text: str, columns: int) -> list[tuple[str, str]]:
+    """``text`` (with SGR colours) as prompt_toolkit fragments cut into rows of ``columns``
+    cells: the rows above the prompt's input line are not wrapped by prompt_toolkit itself."""
+    from prompt_toolkit.formatted_text import ANSI, to_formatted_text
+    from prompt_toolkit.utils import get_cwidth
+
+    out: list[tuple[str, str]] = []
+    used = 0
+    for style, chunk, *_ in to_formatted_text(ANSI(text)):
+        for ch in chunk:
+            if ch == "\n":
+                out.append(("", "\n"))
+                used = 0
+                continue
+            width = get_cwidth(ch)
+            if used + width > columns:
+                out.append(("", "\n"))
+                used = 0
+            out.append((style, ch))
+            used += width
+    return out
+
+
 class Chat:
     """One chat on an entered ``session``; ``run`` returns when the user quits."""
 
@@ -108,6 +202,7 @@ class Chat:
         self._allow_rest = False
         self._last_interrupt = 0.0
         self._out: Console | None = None
+        self._screen: _ScreenLines | None = None
 
     # ------------------------------------------------------------------ status bar
 
@@ -157,7 +252,9 @@ class Chat:
             with anyio.move_on_after(1.0):
                 await self._shown.setdefault(p.tool_call_id, anyio.Event()).wait()
         self.status.approval = f"{preview(name, 40)} {preview(args, 80)}"
-        self._print(Text(f"[approve] {self.status.approval} — y / n / a", style="magenta bold"))
+        self._print(
+            Text(f"[approve] {self.status.approval} — y / n / a (one key)", style="magenta bold")
+        )
         self._answer = anyio.Event()
         cancel = self.cancel
         try:
@@ -256,8 +353,19 @@ class Chat:
     async def _line(self, line: str, tg: anyio.abc.TaskGroup) -> bool:
         """Handle one submitted line; False to quit."""
         if self._answer is not None:
-            self._answer_text = line
-            self._answer.set()
+            answer = line.strip().lower()
+            if answer in _ANSWERS:
+                self._give(answer)
+            elif answer in ("/exit", "/quit"):
+                return False  # the task is aborted as the chat ends; the call is not run
+            else:
+                self._print(
+                    Text(
+                        f"[approve] {self.status.approval}? answer y (yes), n (no) or a (all "
+                        "from now on); /exit quits, Ctrl-C aborts the task",
+                        style="magenta",
+                    )
+                )
             return True
         if line.startswith("/"):
             return await self._slash(line, tg)
@@ -291,6 +399,41 @@ class Chat:
         self._print(Text("(Ctrl-C again, Ctrl-D or /exit to quit)", style="dim"))
         return True
 
+    def _message(self) -> AnyFormattedText:
+        """The prompt: the streaming answer's unfinished line above the input line (not in the
+        prompt left on screen once a line is entered: the answer goes on below it)."""
+        from prompt_toolkit.application.current import get_app
+
+        app = get_app()
+        shown = self._screen.shown() if self._screen is not None else ""
+        if not shown or app.is_done:
+            return [("", "› ")]
+        columns = max(1, app.output.get_size().columns)
+        return [*_wrapped(shown, columns), ("", "\n"), ("", "› ")]
+
+    def _keys(self) -> Any:
+        """y, n or a answer a pending approval at once (no Enter), when nothing is typed."""
+        from prompt_toolkit.application.current import get_app
+        from prompt_toolkit.filters import Condition
+        from prompt_toolkit.key_binding import KeyBindings
+
+        keys = KeyBindings()
+        asking = Condition(lambda: self._answer is not None and not get_app().current_buffer.text)
+
+        def bind(key: str) -> None:
+            @keys.add(key, filter=asking)
+            def _answer(event: Any) -> None:
+                self._give(key.lower())
+
+        for key in "ynaYNA":
+            bind(key)
+        return keys
+
+    def _give(self, answer: str) -> None:
+        if self._answer is not None:
+            self._answer_text = answer
+            self._answer.set()
+
     async def run(self) -> None:
         from prompt_toolkit import PromptSession
         from prompt_toolkit.history import FileHistory, InMemoryHistory
@@ -298,13 +441,18 @@ class Chat:
 
         history = FileHistory(str(self.history)) if self.history is not None else InMemoryHistory()
         prompt: PromptSession[str] = PromptSession(
-            history=history, bottom_toolbar=self.toolbar, refresh_interval=0.1
+            history=history,
+            bottom_toolbar=self.toolbar,
+            refresh_interval=0.1,
+            key_bindings=self._keys(),
         )
         if isinstance(self.llm, ScriptedLLM):
             self.llm.bind(self.session)
+        screen = self._screen = _ScreenLines(prompt.app.output, asyncio.get_running_loop())
         with patch_stdout(raw=True):
             self._out = Console(
-                file=sys.stdout,
+                file=screen,  # type: ignore[arg-type]
+                width=prompt.app.output.get_size().columns,
                 highlight=False,
                 markup=False,
                 emoji=False,
@@ -321,16 +469,19 @@ class Chat:
                     style="bold",
                 )
             )
-            async with anyio.create_task_group() as tg:
-                await self._loop(prompt, tg)
-                if self.cancel is not None:
-                    self.cancel.abort("the chat ended")
-            self._out = None
+            try:
+                async with anyio.create_task_group() as tg:
+                    await self._loop(prompt, tg)
+                    if self.cancel is not None:
+                        self.cancel.abort("the chat ended")
+            finally:
+                self._out = None
+                screen.close()
 
     async def _loop(self, prompt: PromptSession[str], tg: anyio.abc.TaskGroup) -> None:
         while True:
             try:
-                line = await prompt.prompt_async("› ")
+                line = await prompt.prompt_async(self._message)
             except KeyboardInterrupt:
                 if not self._interrupt():
                     return

@@ -53,6 +53,18 @@ class Globals:
             )
         return root
 
+    def existing_root(self) -> DataRoot:
+        """The data root for a command that reads it: it must exist — a mistyped ``--home``
+        is an error, not an empty listing (as for ``run``)."""
+        root = self.root()
+        if not root.home.exists():
+            raise CliError(
+                f"no data root at {safe(str(root.home), keep_newlines=False)} "
+                "(--home DIR or $PENGUIN_HOME names the directory holding the sessions; "
+                "`penguin demo` or `penguin run --init` creates one)"
+            )
+        return root
+
     def writable_root(self) -> DataRoot:
         """The data root for a command that records: it must be a writable directory.  An
         absent one is created with ``--init``, or after a yes on a terminal."""

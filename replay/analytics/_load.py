@@ -369,7 +369,7 @@ def _records_and_diagnostics(con: duckdb.DuckDBPyConnection) -> None:
         -- A record the reader keeps whose time does not parse: its ``time`` columns are NULL,
         -- and this row says why (issue 30; the validator's V-19 finding).
         SELECT r.sid, r.fid, r.line_no AS line, 'bad_timestamp' AS kind,
-            'timestamp ' || coalesce( || left(r.ts, 40) || , 'missing')
+            'timestamp ' || coalesce('"' || left(r.ts, 40) || '"', 'missing')
                 || ' is not an ISO 8601 time: the record''s time is NULL' AS detail
         FROM _records r WHERE try_cast(r.ts AS TIMESTAMPTZ) IS NULL
         """

@@ -501,9 +501,13 @@ def test_sessions_lists_newest_first_with_the_spec_columns_r_cli_3(tmp_path: Pat
 
 
 def test_sessions_on_an_empty_root(tmp_path: Path) -> None:
-    result = invoke("--home", tmp_path / "none", "sessions", "--json")
+    (tmp_path / "empty").mkdir()
+    result = invoke("--home", tmp_path / "empty", "sessions", "--json")
     assert result.exit_code == 0 and json.loads(result.stdout) == []
-    assert "no sessions" in invoke("--home", tmp_path / "none", "sessions").stdout
+    assert "no sessions" in invoke("--home", tmp_path / "empty", "sessions").stdout
+    # A root that does not exist is a mistyped --home (issue 30 item 8), not an empty one.
+    missing = invoke("--home", tmp_path / "none", "sessions")
+    assert missing.exit_code == 2 and "no data root at" in missing.stderr
 
 
 # --------------------------------------------------------------------------- inspect (R-CLI-4)

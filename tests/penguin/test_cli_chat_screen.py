@@ -157,3 +157,70 @@ def test_answers_stay_on_screen_across_messages_thinking_tools_and_approvals(
         screen.index("Here is a longer answer"),
     ]
     assert order == sorted(order), screen
+
+
+# --------------------------------------------------------------------------- item 3 (chat)
+
+TOOLS = [{"name": "shell", "description": "Run a command (scripted)."}]
+
+
+def _call(n: int) -> dict[str, Any]:
+    result = {"output": f"out-{n}"}
+    return {"tool_call": {"name": "shell", "arguments": {"cmd": f"ls {n}"}, "result": result}}
+
+
+@pytest.fixture
+def scripted(tmp_path: Path) -> Iterator[Any]:
+    started: list[tuple[Terminal, Path]] = []
+
+    def start(script: dict[str, Any], *args: str) -> tuple[Terminal, Path]:
+        path = tmp_path / f"script{len(started)}.json"
+        path.write_text(json.dumps(script))
+        ws = tmp_path / "ws"
+        ws.mkdir(exist_ok=True)
+        home = tmp_path / f"home{len(started)}"
+        argv = [str(PENGUIN), "--home", str(home), "--init", "chat", "--script", str(path)]
+        term = spawn([*argv, "--workspace", str(ws), *args])
+        started.append((term, home))
+        return term, home
+
+    yield start
+    for term, _home in started:
+        term.close()
+
+
+def test_chat_approval_reasks_takes_one_key_and_exit_quits(scripted: Any) -> None:
+    """Issue 30 item 3, R-APPROVE: an answer that is not y/n/a asks again (it used to deny
+    silently); a single key press answers; ``/exit`` at an approval quits the chat, the call
+    unrun and the trace valid."""
+    script = {
+        "tools": TOOLS,
+        "responses": [
+            [{"text": "First call."}, _call(1)],
+            [{"text": "Second call."}, _call(2)],
+            [{"text": "never reached"}],
+        ],
+    }
+    term, home = scripted(script, "--approve", "ask")
+    term.wait_for("/help for commands")
+    term.type("go\r")
+    term.wait_for("y / n / a")
+    term.type("maybe later\r")
+    term.wait_for("answer y (yes), n (no) or a")
+    assert "out-1" not in term.text  # not run, not denied: still asking
+    term.type("y")  # one key, no Enter
+    term.wait_for("out-1")
+    term.wait_for_count("y / n / a", 2)
+    term.type("/exit\r")
+    assert term.finish() == 0, term.text
+    assert "out-2" not in term.text
+    from eventstore import ApprovalDecisionPayload, DataRoot, read_trace
+    from replay import validate_session
+
+    (info,) = DataRoot(home).sessions()
+    records = read_trace(info.files).records
+    decisions = [
+        r.payload.decision for r in records if isinstance(r.payload, ApprovalDecisionPayload)
+    ]
+    assert decisions == ["allow"]
+    assert [f for f in validate_session(info.files) if f.severity == "error"] == []

@@ -74,7 +74,21 @@ def export(
                 raise CliError(f"--redact: invalid regular expression: {exc}") from None
         text = export_trace(files, format=format.value, redact=redact)
         if out is not None:
-            with open(out, "x", encoding="utf-8", errors="surrogateescape") as f:
+            shown = safe(str(out), keep_newlines=False)
+            try:
+                f = open(out, "x", encoding="utf-8", errors="surrogateescape")  # noqa: SIM115
+            except FileExistsError:
+                raise CliError(
+                    f"{shown}: already exists (export never overwrites a file: choose another "
+                    "--out FILE, or remove this one)"
+                ) from None
+            except IsADirectoryError:
+                raise CliError(f"{shown}: is a directory; --out names a file") from None
+            except FileNotFoundError:
+                raise CliError(f"{shown}: no such directory to write into") from None
+            except PermissionError:
+                raise CliError(f"{shown}: permission denied") from None
+            with f:
                 f.write(text)
             _console(stderr=True).print(
                 Text(f"wrote {safe(str(out), keep_newlines=False)}", style="dim"), soft_wrap=True

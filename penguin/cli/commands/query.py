@@ -64,17 +64,22 @@ TracesOpt = Annotated[
 
 
 @contextmanager
-def _fleet(ctx: typer.Context, home: Path | None, traces: str | None) -> Iterator[Fleet]:
+def _fleet(
+    ctx: typer.Context, home: Path | None, traces: str | None, *, read_only: bool = False
+) -> Iterator[Fleet]:
     from replay.analytics import AnalyticsError, AnalyticsUnavailable
     from replay.analytics import open_fleet as _open_fleet
 
     g = ctx.find_object(Globals) or Globals()
+    if traces is None:
+        Globals(home=home if home is not None else g.home).existing_root()
     try:
         fleet = _open_fleet(
             home=home if home is not None or traces is not None else g.home,
             traces=traces,
             project=g.project,
             agent=g.agent,
+            read_only=read_only,
         )
     except AnalyticsUnavailable as exc:
         raise CliError(str(exc)) from None
@@ -164,7 +169,7 @@ def query(
             raise CliError("give SQL or --report NAME (one of them)")
         if report is not None and report not in REPORT_NAMES:
             raise CliError(f"unknown report {report!r}; choose one of {', '.join(REPORT_NAMES)}")
-        with _fleet(ctx, home, traces) as fleet:
+        with _fleet(ctx, home, traces, read_only=True) as fleet:
             try:
                 result = fleet.report(report) if report is not None else fleet.sql(sql or "")
             except AnalyticsError as exc:

@@ -163,7 +163,7 @@ def sessions(
         if limit is not None and limit <= 0:
             raise CliError(f"--limit must be at least 1, not {limit}")
         g = globals_of(ctx)
-        root = g.root()
+        root = g.existing_root()
         rows = list_sessions(root, project=g.project, agent=g.agent, save=True)
         if cwd:
             here = str(Path.cwd().resolve())

@@ -69,7 +69,7 @@ def stats(
             else:
                 render_usage(out_console(), sid, usage)
             return
-        root = g.root()
+        root = g.existing_root()
         infos = root.sessions(project=g.project, agent=g.agent)
         rows: list[dict[str, Any]] = []
         total: dict[str, Any] = {}

@@ -18,6 +18,7 @@ from rich.text import Text
 
 from eventstore import TokenCounts, iter_trace
 from penguin.cli.terminal.safe import preview, safe
+from penguin.cli.views.labels import request_label
 from projections import Usage
 
 __all__ = ["add_summaries", "render_all", "render_usage", "usage_of", "usage_summary"]
@@ -128,6 +129,14 @@ def _tokens_table(summary: dict[str, Any]) -> Table:
     return table
 
 
+def _status_label(kind: str, status: str | None, error_message: str | None) -> str:
+    """A failed request's status named for what happened (``server error 500``, not the
+    recorded ``timeout``); other rows keep theirs."""
+    if status is None:
+        return ""
+    return request_label(status, error_message) if kind in ("turn", "compaction") else status
+
+
 def render_usage(console: Console, session_id: str, usage: Usage) -> None:
     summary = usage_summary(usage)
     comp = summary["compactions"]
@@ -154,7 +163,7 @@ def render_usage(console: Console, session_id: str, usage: Usage) -> None:
                 _t(str(e.file_index)),
                 _t(e.kind),
                 _t(safe(e.timestamp, keep_newlines=False)),
-                _t(e.status or ""),
+                _t(_status_label(e.kind, e.status, e.error_message)),
                 _t("" if e.attempt is None else str(e.attempt)),
                 _t(preview(message or "", 100)),
             )
