@@ -221,8 +221,7 @@ def test_hostile_lines_give_rows_for_good_records_and_diagnostics_for_bad(
         assert ("future_msg", "hologram") in rows
         assert ("event_msg", "quantum") in rows
         diags = fleet.sql(
-            "SELECT line, kind, detail FROM diagnostics WHERE kind <> 'bad_timestamp' "
-            "ORDER BY line"
+            "SELECT line, kind, detail FROM diagnostics WHERE kind <> 'bad_timestamp' ORDER BY line"
         ).rows
         assert [(line, kind) for line, kind, _ in diags] == [(4, "malformed"), (5, "malformed")]
         # The kept records stamped "T" have no time, and say so (issue 30).
