@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint unit demo bench test-extended clean pin
+.PHONY: test lint docs unit demo bench test-extended clean pin
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,10 +33,15 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# The documentation site (mkdocs.yml, docs/) into build/site; --strict turns every broken link,
+# missing anchor or page left out of the nav into a failure.  tests/docs runs the pages' examples.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-test: lint unit
+test: lint docs unit
 
 test-extended: $(STAMP)
 	PENGUIN_EXTENDED=1 $(BIN)/python -m pytest -q
@@ -48,4 +53,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build/site
