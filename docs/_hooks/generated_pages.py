@@ -73,7 +73,7 @@ def render_api(doc: dict[str, Any]) -> str:
         "The raw document is [openapi.json](openapi.json).",
         "",
         "Every route needs the server's token: `Authorization: Bearer <token>`,",
-        "or the login cookie the Web App gets from `POST /api/login`.",
+        "or a browser login (see [Security](server-security.md)).",
         "Every error is `{\"error\": {\"code\": \"...\", \"message\": \"...\"}}`.",
         "See [The HTTP server](server.md) for how to start and use the server.",
         "",
