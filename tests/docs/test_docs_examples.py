@@ -181,3 +181,18 @@ def test_shell_examples_run(page: Path, tmp_path: Path) -> None:
             f"{block}: exit {proc.returncode}\n{block.code}\n--- stdout\n{proc.stdout}"
             f"\n--- stderr\n{proc.stderr}"
         )
+
+
+README_LINK = re.compile(r"\]\((?P<target>[^)#\s]+)(?:#[^)]*)?\)")
+
+
+def test_readme_is_a_short_entry_point_whose_links_resolve() -> None:
+    """The README stays an entry point (the manual is the site), and every relative link in it
+    points at a file that exists: mkdocs --strict checks the pages' links, not the README's."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 200
+    targets = [m["target"] for m in README_LINK.finditer(text)]
+    local = [t for t in targets if "://" not in t and not t.startswith("mailto:")]
+    assert local, "the README links into the docs"
+    missing = [t for t in local if not (ROOT / t).exists()]
+    assert not missing, missing
