@@ -36,7 +36,8 @@ lint: $(STAMP)
 # The documentation site (mkdocs.yml, docs/) into build/site; --strict turns every broken link,
 # missing anchor or page left out of the nav into a failure.  tests/docs runs the pages' examples.
 docs: $(STAMP)
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+	# Not --quiet: it hides the warnings that --strict counts, and the build then passes anyway.
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q
