@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import os
 import re
 import secrets
 from pathlib import Path
 
-from eventstore import ImageUrlPayload, OmniMessage, TextPayload
+from eventstore import ImageUrlPayload, OmniMessage, TextPayload, create_private
 from eventstore.builders import user_text
 from projections.markers import IMAGE_DROPPED_LINE, attached_image_line
 
@@ -28,16 +27,11 @@ def _save(scratchpad: Path, mime: str, data: bytes) -> Path:
     while True:
         path = scratchpad / f"upload-{secrets.token_hex(4)}.{ext}"
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            f = create_private(path)
         except FileExistsError:
             continue
-        try:
-            os.fchmod(fd, 0o600)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
+        with f:
+            f.write(data)
         return path
 
 

@@ -29,13 +29,20 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterator, 
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, BinaryIO, Final, Literal
 
 import anyio
 import msgspec
 import pydantic
 
-from eventstore import OmniMessage, StopReason, ToolCallPayload, ToolDefinition, make_private_dirs
+from eventstore import (
+    OmniMessage,
+    StopReason,
+    ToolCallPayload,
+    ToolDefinition,
+    create_private,
+    make_private_dirs,
+)
 from eventstore.partials import SegmentWriter
 from projections import markers as mk
 
@@ -563,7 +570,7 @@ class _Archive:
         self._stem = _ID_UNSAFE.sub("_", call_id)[:64] or "call"
         self._buffer: list[str] = []
         self.pending = 0
-        self._fd: int | None = None
+        self._file: BinaryIO | None = None
         self._path: Path | None = None
         self._failed = False
 
@@ -590,29 +597,26 @@ class _Archive:
         return None if self._failed else self._path
 
     def close(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
+        file, self._file = self._file, None
+        if file is not None:
+            file.close()
 
     def _write(self, data: bytes) -> None:
-        if self._fd is None:
+        if self._file is None:
             self._open()
-        assert self._fd is not None
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view) :]
+        assert self._file is not None
+        self._file.write(data)
+        self._file.flush()
 
     def _open(self) -> None:
         _private_dirs(self._dir)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         for _ in range(16):
             path = self._dir / f"{self._stem}-{secrets.token_hex(4)}.txt"
             try:
-                fd = os.open(path, flags, 0o600)
+                self._file = create_private(path)  # 0600, never through a symlink (R-ROOT-9)
             except FileExistsError:
                 continue
-            os.fchmod(fd, 0o600)  # whatever the umask (R-ROOT-9)
-            self._fd, self._path = fd, path
+            self._path = path
             return
         raise FileExistsError(f"no free archive name under {self._dir}")
 

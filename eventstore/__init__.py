@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._codec import decode, encode, encode_line
     from ._diagnostics import Diagnostic, DiagnosticKind
-    from ._dirs import make_private_dirs
+    from ._dirs import make_private_dirs, sync_dir
     from ._exceptions import (
         RecordTooLarge,
         SessionLocked,
@@ -85,7 +85,7 @@ if TYPE_CHECKING:
         UnknownPayload,
     )
     from ._summaries import SummaryCache, sidecar_path
-    from ._tail import TailRead, TailRecord, tail
+    from ._tail import TailRead, TailRecord, complete_lines, tail
     from ._writer import FsyncPolicy, TraceWriter
 
 # Public name -> the module that defines it.
@@ -98,14 +98,14 @@ _LAZY: dict[str, str] = {
         ("Diagnostic", "DiagnosticKind"),
         "._diagnostics",
     ),
-    "make_private_dirs": "._dirs",
+    **dict.fromkeys(("make_private_dirs", "sync_dir"), "._dirs"),
     **dict.fromkeys(
         ("RecordTooLarge", "SessionLocked", "TraceDecodeError", "TraceError", "TraceWriteError"),
         "._exceptions",
     ),
     **dict.fromkeys(("LockProbe", "lock_path_of", "probe_lock"), "._lock"),
     **dict.fromkeys(("create_private", "write_private"), "._private"),
-    **dict.fromkeys(("TailRead", "TailRecord", "tail"), "._tail"),
+    **dict.fromkeys(("TailRead", "TailRecord", "complete_lines", "tail"), "._tail"),
     **dict.fromkeys(
         ("DEFAULT_AGENT", "DEFAULT_PROJECT", "DataRoot", "SessionInfo", "validate_id"),
         "._layout",
@@ -239,6 +239,7 @@ __all__ = [
     "TraceWriteError",
     "TraceWriter",
     "UnknownPayload",
+    "complete_lines",
     "create_private",
     "decode",
     "encode",
@@ -253,6 +254,7 @@ __all__ = [
     "scan_trace",
     "trace_file_name",
     "sidecar_path",
+    "sync_dir",
     "tail",
     "validate_id",
     "write_private",

@@ -18,6 +18,7 @@ So the ordinals agree with ``read_trace`` of the file.
 from __future__ import annotations
 
 import os
+from collections.abc import Generator
 from pathlib import Path
 from typing import Final
 
@@ -28,7 +29,7 @@ from ._diagnostics import Diagnostic
 from ._reader import MAX_LINE_BYTES, _salvage, file_index
 from ._schema import OmniMessage
 
-__all__ = ["TailRead", "TailRecord", "tail"]
+__all__ = ["TailRead", "TailRecord", "complete_lines", "tail"]
 
 _CHUNK: Final = 1 << 20
 _BOM: Final = b"\xef\xbb\xbf"
@@ -56,6 +57,9 @@ class TailRead(msgspec.Struct):
     offset: int
     ordinal: int
     line: int
+    #: Bytes after ``offset`` that are not blank: an unterminated last line, torn or still
+    #: being written (a follower that knows the file is final reports it as a torn tail).
+    unterminated: bool = False
 
     def more(self) -> TailRead:
         """What was appended since this read (the next ``tail`` call)."""
@@ -80,11 +84,11 @@ def tail(
     index = file_index(p) or 1
     records: list[TailRecord] = []
     diagnostics: list[Diagnostic] = []
+    carry = b""
+    skipping = False  # inside a line over the limit: its bytes are dropped
     with open(p, "rb") as f:
         f.seek(offset)
         start = offset  # the file offset of ``carry``'s first byte
-        carry = b""
-        skipping = False  # inside a line over the limit: its bytes are dropped
         while chunk := f.read(_CHUNK):
             if start == 0 and not carry and not skipping and chunk.startswith(_BOM):
                 chunk = chunk[len(_BOM) :]
@@ -117,7 +121,8 @@ def tail(
             if len(carry) > max_line_bytes:
                 skipping, carry = True, b""
                 start += len(data) - cut - 1
-    return TailRead(p, records, diagnostics, offset, ordinal, line)
+    unterminated = skipping or bool(carry.strip())
+    return TailRead(p, records, diagnostics, offset, ordinal, line, unterminated)
 
 
 def _record(
@@ -134,3 +139,17 @@ def _record(
         return salvaged
     diagnostics.append(Diagnostic(path, line, "malformed", salvaged))
     return None
+
+
+def complete_lines(path: str | os.PathLike[str]) -> Generator[tuple[int, bytes], None, None]:
+    """``(line, bytes)`` for every physical line of ``path`` that ends with ``\\n``, in order,
+    without its newline, a leading UTF-8 BOM removed: the bytes exactly as written, blank and
+    malformed lines included (a copy keeps them); an unterminated last line is never one.
+    Holds one line at a time."""
+    with open(path, "rb") as f:
+        for n, line in enumerate(f, start=1):
+            if not line.endswith(b"\n"):
+                return
+            if n == 1 and line.startswith(_BOM):
+                line = line[len(_BOM) :]
+            yield n, line[:-1]

@@ -19,7 +19,8 @@ import errno
 import os
 import shutil
 import stat
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -34,10 +35,13 @@ from eventstore import (
     RequestEndPayload,
     SessionLocked,
     TextPayload,
+    complete_lines,
+    create_private,
     decode,
     file_index,
     probe_lock,
     scan_trace,
+    sync_dir,
 )
 from projections import ModelContext
 from projections import markers as mk
@@ -46,7 +50,6 @@ from projections.markers import is_task_starting
 __all__ = ["fork_session"]
 
 _TMP_SUFFIX: Final = ".fork-tmp"
-_BOM: Final = b"\xef\xbb\xbf"
 _FILE_MODE: Final = 0o600
 _DIR_MODE: Final = 0o700
 _ID_ATTEMPTS: Final = 8
@@ -107,7 +110,7 @@ def fork_session(
             )
             _copy_trace(data_root, source, target, cut, rewriter, created)
         for directory in created.synced_dirs:
-            _fsync_dir(directory)
+            sync_dir(directory)
     except BaseException:
         created.remove()
         raise
@@ -434,19 +437,16 @@ def _copy_trace(
     """
     _ensure_dir(root, target.parent, created)
     tmp = target.with_name(f".{target.name}{_TMP_SUFFIX}")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(tmp, flags, _FILE_MODE)
+    out = create_private(tmp)
     created.files.append(tmp)
-    try:
-        os.fchmod(fd, _FILE_MODE)
-        with os.fdopen(fd, "wb", closefd=False) as out:
-            for raw in _complete_lines(source, cut):
-                out.write(rewriter.line(raw))
-                out.write(b"\n")
-            out.flush()
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with out, closing(complete_lines(source)) as lines:
+        for n, raw in lines:
+            out.write(rewriter.line(raw))
+            out.write(b"\n")
+            if cut is not None and n >= cut:
+                break
+        out.flush()
+        os.fsync(out.fileno())
     try:
         os.link(tmp, target)
     except FileExistsError:
@@ -457,25 +457,3 @@ def _copy_trace(
     os.unlink(tmp)
     created.files.remove(tmp)
     created.synced_dirs.add(target.parent)
-
-
-def _complete_lines(path: Path, cut: int | None) -> Iterator[bytes]:
-    """The physical lines of ``path`` that end with ``\\n`` (a torn tail is never copied),
-    without their newline, up to line ``cut``."""
-    with open(path, "rb") as f:
-        for n, line in enumerate(f, start=1):
-            if not line.endswith(b"\n"):
-                return
-            if n == 1 and line.startswith(_BOM):
-                line = line[len(_BOM) :]
-            yield line[:-1]
-            if cut is not None and n >= cut:
-                return
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

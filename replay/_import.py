@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from eventstore import DataRoot, SessionMetaPayload, scan_trace, validate_id
+from eventstore import DataRoot, SessionMetaPayload, create_private, scan_trace, validate_id
 
 from ._validate import Finding, validate_session
 
@@ -120,8 +120,6 @@ def import_trace(
         kwargs = {k: v for k, v in (("project", project), ("agent", agent)) if v is not None}
         target = data_root.trace_path(sid, 1, date=date, **kwargs)
         data_root.ensure_dir(target.parent)
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        os.fchmod(fd, 0o600)  # whatever the umask (R-ROOT-9)
-        with os.fdopen(fd, "wb") as dst, open(staged, "rb") as source:
+        with create_private(target) as dst, open(staged, "rb") as source:
             shutil.copyfileobj(source, dst)
     return ImportResult(sid, target, findings)

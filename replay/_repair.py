@@ -27,6 +27,7 @@ from eventstore import (
     RequestEndPayload,
     SessionMetaPayload,
     ToolListReadyPayload,
+    create_private,
     encode,
     file_index,
     scan_trace,
@@ -214,9 +215,7 @@ def repair_trace(source: Files, into: str | os.PathLike[str]) -> RepairResult:
         written: list[Path] = []
         for staged, f in _stage(files, staging).items():
             target = out_dir / f.source.name
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            os.fchmod(fd, 0o600)  # whatever the umask (R-ROOT-9)
-            with os.fdopen(fd, "wb") as dst:
+            with create_private(target) as dst:
                 dst.write(staged.read_bytes())
             written.append(target)
     finally:

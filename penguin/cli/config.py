@@ -7,11 +7,12 @@ the name of the environment variable that holds it (``api_key_env``).
 
 from __future__ import annotations
 
-import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
+
+from eventstore import write_private
 
 from .errors import CliError
 from .terminal.safe import safe
@@ -109,12 +110,4 @@ def save_config(config: Config) -> None:
     lines = [f"[{_TABLE}]"]
     lines += [f"{key} = {_quote(config.values[key])}" for key in sorted(config.values)]
     text = "\n".join(lines) + "\n"
-    config.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = config.path.with_name(f".{CONFIG_NAME}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, text.encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, config.path)
+    write_private(config.path, text.encode("utf-8"), sync=True)

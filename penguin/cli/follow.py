@@ -1,15 +1,13 @@
 """``penguin inspect --follow``: tail a live session's trace.
 
-Owns: watching the directory of the session's latest file with watchfiles, reading appended
-bytes from a byte offset, printing only complete lines (a partial last line waits for its
-newline), noticing a truncated tail (a resumed writer cuts a torn line, R-TRACE-14) and moving
-to the next ``_NNN`` file when the session rotates.  Does not: take locks or write anything.
+Owns: watching the directory of the session's latest file with watchfiles, reading what was
+appended (``eventstore.tail``: complete lines only, a partial last line waits for its newline)
+and moving to the next ``_NNN`` file when the session rotates.  Does not: take locks or write anything.
 Ends on Ctrl-C (exit 0) or when ``stop`` is set.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 from collections.abc import Callable
@@ -19,10 +17,9 @@ from typing import Final
 import anyio
 from watchfiles import awatch
 
-from eventstore import OmniMessage
+from eventstore import OmniMessage, TailRead, tail
 
 from .tracefiles import trace_name
-from .views.inspect import decode_line
 
 __all__ = ["Follower", "follow"]
 
@@ -33,8 +30,8 @@ _READ_BYTES: Final = 1 << 20
 
 
 class Follower:
-    """Reads a session's files from byte offsets; calls ``emit`` for each new record with its
-    ``file:ordinal`` coordinate and line number."""
+    """Reads a session's files from byte offsets (``eventstore.tail``); calls ``emit`` for each
+    new record with its ``file:ordinal`` coordinate and line number."""
 
     def __init__(self, path: Path, emit: Callable[[int, int, int, OmniMessage], None]) -> None:
         self.path = path
@@ -43,10 +40,7 @@ class Follower:
         self._session = name[0] if name else None
         self.index = name[1] if name else 1
         self._width = len(path.name) - len(f"{self._session}_.jsonl") if name else 3
-        self._offset = 0
-        self._partial = b""
-        self._line = 0
-        self._ordinal = 0
+        self._read: TailRead | None = None
 
     def _next_path(self) -> Path | None:
         if self._session is None:
@@ -62,7 +56,7 @@ class Follower:
             if nxt is None or not nxt.exists():
                 return
             self._drain()  # the old file is final once its successor exists
-            if self._partial.strip():
+            if self._read is not None and self._read.unterminated:
                 print(
                     f"[follow] {self.path.name}: its last line never ended (torn tail); skipped",
                     file=sys.stderr,
@@ -70,48 +64,23 @@ class Follower:
                 )
             self.path = nxt
             self.index += 1
-            self._offset = 0
-            self._partial = b""
-            self._line = 0
-            self._ordinal = 0
+            self._read = None
             self._drain()
 
     def _drain(self) -> None:
         try:
-            size = os.stat(self.path).st_size
+            read = tail(self.path) if self._read is None else self._read.more()
         except FileNotFoundError:
             return
-        if size < self._offset:
-            # Only an unterminated tail is ever cut (R-TRACE-14): drop what of it we held.
-            start = self._offset - len(self._partial)
-            self._partial = self._partial[: max(0, size - start)]
-            self._offset = size
-        if size == self._offset:
-            return
-        with open(self.path, "rb") as f:
-            f.seek(self._offset)
-            while True:
-                chunk = f.read(_READ_BYTES)
-                if not chunk:
-                    break
-                self._offset += len(chunk)
-                data = self._partial + chunk
-                *lines, self._partial = data.split(b"\n")
-                for raw in lines:
-                    self._line += 1
-                    if self._line == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                        raw = raw[3:]
-                    record = decode_line(raw)
-                    if record is None:
-                        if raw.strip():
-                            print(
-                                f"[follow] {self.path.name}:{self._line}: malformed line skipped",
-                                file=sys.stderr,
-                                flush=True,
-                            )
-                        continue
-                    self._emit(self.index, self._ordinal, self._line, record)
-                    self._ordinal += 1
+        self._read = read
+        for d in read.diagnostics:
+            print(
+                f"[follow] {self.path.name}:{d.line}: malformed line skipped",
+                file=sys.stderr,
+                flush=True,
+            )
+        for t in read.records:
+            self._emit(self.index, t.ordinal, t.line, t.record)
 
 
 async def follow(

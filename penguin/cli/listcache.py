@@ -11,11 +11,12 @@ Does not: summarize a session (``listing``).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Final
 
 import msgspec
+
+from eventstore import write_private
 
 __all__ = ["Cached", "ListCache", "file_keys"]
 
@@ -88,11 +89,6 @@ class ListCache:
         if merged == self._old:
             return
         try:
-            self._path.parent.mkdir(mode=0o700, exist_ok=True)
-            tmp = self._path.with_name(f".{_NAME}.{os.getpid()}.tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(msgspec.json.encode(_File(sessions=merged)))
-            os.replace(tmp, self._path)
+            write_private(self._path, msgspec.json.encode(_File(sessions=merged)))
         except OSError:
             return

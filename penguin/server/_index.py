@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from eventstore import (
-    MAX_LINE_BYTES,
     CompactionBeginPayload,
     CompactionEndPayload,
     DataRoot,
@@ -25,8 +24,8 @@ from eventstore import (
     SessionInfo,
     SessionMetaPayload,
     TokenUsagePayload,
-    decode,
     file_index,
+    tail,
 )
 from projections import SessionState
 
@@ -259,14 +258,10 @@ def _file_index(path: Path) -> int:
     return file_index(path) or 0
 
 
-_CHUNK: Final = 1 << 20
-_BOM: Final = b"\xef\xbb\xbf"
-
-
 class _Fold:
     """One session's rows as a fold over its files' complete lines, resumable at the byte
-    offset where it stopped.  Reads each line as ``iter_trace`` does: a line that does not
-    decode (nor does trimmed) is skipped, an unterminated last line waits for its newline."""
+    offset where it stopped (``eventstore.tail``: the reader's line rules; an unterminated last
+    line waits for its newline)."""
 
     def __init__(self, session_id: str, agent: str) -> None:
         self.session_id = session_id
@@ -357,45 +352,10 @@ class _Fold:
 
 
 def _complete_records(path: Path, start: int) -> tuple[int, list[OmniMessage]]:
-    """The records of the complete lines from byte ``start`` on, and the offset after them."""
-    records: list[OmniMessage] = []
+    """The records of the complete lines from byte ``start`` on, and the offset after them
+    (``eventstore.tail``: the reader's rules)."""
     try:
-        f = open(path, "rb")  # noqa: SIM115 - closed below; a vanished file folds nothing
+        read = tail(path, start)
     except OSError:
-        return start, records
-    with f:
-        f.seek(start)
-        pos = start  # the file offset where ``carry`` starts
-        carry = b""
-        while chunk := f.read(_CHUNK):
-            if pos == 0 and not carry and chunk.startswith(_BOM):
-                chunk = chunk[len(_BOM) :]
-                pos = len(_BOM)
-            data = carry + chunk if carry else chunk
-            cut = data.rfind(b"\n")
-            if cut < 0:
-                carry = data
-                continue
-            carry = data[cut + 1 :]
-            pos += cut + 1
-            for line in data[:cut].split(b"\n"):
-                rec = _decode(line)
-                if rec is not None:
-                    records.append(rec)
-    return pos, records
-
-
-def _decode(line: bytes) -> OmniMessage | None:
-    """A line as the reader takes it (R-READ-1/2): ``None`` for a blank or malformed one."""
-    if len(line) > MAX_LINE_BYTES:
-        return None
-    try:
-        return decode(line)
-    except Exception:
-        stripped = line.strip()
-        if not stripped or stripped == line:
-            return None
-        try:
-            return decode(stripped)
-        except Exception:
-            return None
+        return start, []  # a vanished file folds nothing
+    return read.offset, [t.record for t in read.records]

@@ -1,9 +1,11 @@
 """Reading a session's trace for the server: positions, gaps, history pages.
 
-Owns: the ``(file, ordinal)`` coordinates of records (file = the ``_NNN`` index, ordinal = the
-0-based position among the file's records, as ``read_trace`` of that file lists them), the
-records between two positions (a lossless reconnect, R-SRV-8) and one file's records (history,
-R-SRV-6).  Does not: decide what to send.  Blocking: call through ``anyio.to_thread``.
+Owns: which of a session's files a position range touches.  The ``(file, ordinal)``
+coordinates of records (file = the ``_NNN`` index, ordinal = the 0-based position among the
+file's records, as ``read_trace`` of that file lists them) come from ``eventstore.tail``.
+Serves the records between two positions (a lossless reconnect, R-SRV-8) and one file's records
+(history, R-SRV-6).  Does not: decide what to send.  Blocking: call through
+``anyio.to_thread``.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from eventstore import OmniMessage, file_index, iter_trace
+from eventstore import OmniMessage, file_index, tail
 
 __all__ = ["indexed_files", "last_position", "records_between", "records_of"]
 
@@ -21,13 +23,13 @@ def indexed_files(files: list[Path]) -> list[tuple[int, Path]]:
 
 
 def records_of(path: Path) -> list[OmniMessage]:
-    return list(iter_trace(path, report=False))
+    return [t.record for t in tail(path).records]
 
 
 def last_position(files: list[Path]) -> tuple[int, int]:
     """The position of the last record of the highest file that has one; ``(0, 0)`` if none."""
     for index, path in reversed(indexed_files(files)):
-        count = sum(1 for _ in iter_trace(path, report=False))
+        count = tail(path).ordinal
         if count:
             return index, count - 1
     return 0, 0
@@ -40,9 +42,9 @@ def records_between(
     for index, path in indexed_files(files):
         if index < after[0] or index > upto[0]:
             continue
-        for ordinal, record in enumerate(iter_trace(path, report=False)):
-            pos = (index, ordinal)
+        for t in tail(path).records:
+            pos = (index, t.ordinal)
             if pos > upto:
                 break
             if pos > after:
-                yield index, ordinal, record
+                yield index, t.ordinal, t.record

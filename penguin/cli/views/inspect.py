@@ -46,9 +46,9 @@ from eventstore import (
     ToolCallPayload,
     ToolListReadyPayload,
     UnknownPayload,
-    decode,
     encode,
     read_trace,
+    tail,
     validate_id,
 )
 from eventstore.builders import stop_reason_of
@@ -65,7 +65,6 @@ __all__ = [
     "Inspection",
     "NumberedFile",
     "build_inspection",
-    "decode_line",
     "describe",
     "find_session_files",
     "follow_children",
@@ -78,7 +77,6 @@ __all__ = [
     "state_dict",
 ]
 
-_BOM: Final = b"\xef\xbb\xbf"
 _PREVIEW: Final = 100
 
 
@@ -106,35 +104,13 @@ class NumberedFile:
         return self.index > 1 and all(k in ("session_meta", "tool_list_ready") for k in kinds)
 
 
-def decode_line(raw: bytes) -> OmniMessage | None:
-    try:
-        return decode(raw)
-    except Exception:
-        stripped = raw.strip()
-        if not stripped or stripped == raw:
-            return None
-        try:
-            return decode(stripped)
-        except Exception:
-            return None
-
-
 def read_numbered(path: Path) -> NumberedFile:
-    """Records with their 1-based physical line numbers; blank, malformed and torn-tail lines
-    are skipped exactly as ``eventstore.read_trace`` skips them, so positions in the returned
-    list are the record ordinals of the file (R-FORK-1)."""
-    records: list[tuple[int, OmniMessage]] = []
-    size = 0
-    with open(path, "rb") as f:
-        for line_no, raw in enumerate(f, start=1):
-            size += len(raw)
-            if line_no == 1 and raw.startswith(_BOM):
-                raw = raw[len(_BOM) :]
-            if not raw.endswith(b"\n"):
-                break  # torn tail: never a record (R-READ-2)
-            record = decode_line(raw[:-1])
-            if record is not None:
-                records.append((line_no, record))
+    """Records with their 1-based physical line numbers, read by ``eventstore.tail`` with the
+    reader's rules, so positions in the returned list are the record ordinals of the file
+    (R-FORK-1)."""
+    read = tail(path)
+    size = path.stat().st_size
+    records = [(t.line, t.record) for t in read.records]
     name = trace_name(path)
     return NumberedFile(path=path, index=name[1] if name else 1, size=size, records=records)
 
