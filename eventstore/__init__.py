@@ -84,6 +84,7 @@ if TYPE_CHECKING:
         ToolListReadyPayload,
         UnknownPayload,
     )
+    from ._sniff import not_a_trace
     from ._summaries import SummaryCache, sidecar_path
     from ._tail import TailRead, TailRecord, complete_lines, tail
     from ._writer import FsyncPolicy, TraceWriter
@@ -105,6 +106,7 @@ _LAZY: dict[str, str] = {
     ),
     **dict.fromkeys(("LockProbe", "lock_path_of", "probe_lock"), "._lock"),
     **dict.fromkeys(("create_private", "write_private"), "._private"),
+    "not_a_trace": "._sniff",
     **dict.fromkeys(("TailRead", "TailRecord", "complete_lines", "tail"), "._tail"),
     **dict.fromkeys(
         ("DEFAULT_AGENT", "DEFAULT_PROJECT", "DataRoot", "SessionInfo", "validate_id"),
@@ -248,6 +250,7 @@ __all__ = [
     "iter_trace",
     "lock_path_of",
     "make_private_dirs",
+    "not_a_trace",
     "parse_trace_name",
     "probe_lock",
     "read_trace",

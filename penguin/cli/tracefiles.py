@@ -8,11 +8,9 @@ file, or resolve a session argument (``targets``).
 
 from __future__ import annotations
 
-import codecs
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Final
 
 # Cheap names only (eventstore loads a name's module on first use): `--help` needs no codec.
 from eventstore import parse_trace_name
@@ -23,52 +21,24 @@ from .terminal.safe import safe
 
 __all__ = ["find_trace_files", "group_sessions", "sniff_trace", "total_bytes", "trace_name"]
 
-_SNIFF_BYTES: Final = 64 * 1024
-_SNIFF_LINES: Final = 64
-
 
 trace_name = parse_trace_name  # the one spelling lives in eventstore (R-ROOT-4)
 
 
 def sniff_trace(path: Path) -> None:
-    """Raise ``CliError`` (exit 2) unless ``path`` looks like a trace file.
-
-    A trace is UTF-8 text without NUL bytes in which one of the first complete non-blank lines
-    decodes as an OmniMessage record.  An empty file is a (crash-residue) trace; a file whose
-    first line is longer than the sniffed prefix passes when it starts like a JSON object.
-    """
-    from eventstore import decode
+    """Raise ``CliError`` (exit 2) unless ``path`` looks like a trace file
+    (``eventstore.not_a_trace``)."""
+    from eventstore import not_a_trace
 
     shown = safe(str(path), keep_newlines=False)
     try:
-        with open(path, "rb") as f:
-            head = f.read(_SNIFF_BYTES)
-            more = bool(f.read(1))
+        why = not_a_trace(path)
     except IsADirectoryError:
         raise CliError(f"{shown}: is a directory") from None
     except PermissionError:
         raise CliError(f"{shown}: permission denied") from None
-    if not head:
-        return
-    if b"\x00" in head:
-        raise CliError(f"{shown}: binary file, not a trace")
-    try:
-        codecs.getincrementaldecoder("utf-8")().decode(head, final=not more)
-    except UnicodeDecodeError:
-        raise CliError(f"{shown}: not UTF-8 text, not a trace") from None
-    if head.startswith(codecs.BOM_UTF8):
-        head = head[len(codecs.BOM_UTF8) :]
-    *lines, tail = head.split(b"\n")  # ``tail``: unterminated (torn, or cut by the limit)
-    complete = [line for line in lines if line.strip()][:_SNIFF_LINES]
-    for line in complete:
-        try:
-            decode(line.strip())
-        except Exception:
-            continue
-        return
-    if not complete and tail.lstrip().startswith(b"{"):
-        return  # a torn first record, or one longer than the sniffed prefix
-    raise CliError(f"{shown}: not a trace (no line is an OmniMessage record)")
+    if why is not None:
+        raise CliError(f"{shown}: {why}")
 
 
 def find_trace_files(directory: Path) -> list[Path]:

@@ -76,8 +76,8 @@ def write_json(value: Any) -> None:
 
 def quiet_stdout() -> None:
     """Point stdout at /dev/null, so that the flush at exit cannot fail on a closed pipe."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
+    with open(os.devnull, "wb") as devnull:
+        os.dup2(devnull.fileno(), sys.stdout.fileno())
 
 
 def warn(message: str) -> None:
