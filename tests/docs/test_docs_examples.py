@@ -197,3 +197,15 @@ def test_readme_is_a_short_entry_point_whose_links_resolve() -> None:
     assert local, "the README links into the docs"
     missing = [t for t in local if not (ROOT / t).exists()]
     assert not missing, missing
+
+
+def test_web_app_pictures_are_the_browser_suites_screenshots() -> None:
+    """docs/web-*.png are copies of what tests/penguin/web saves under build/screenshots/; a
+    picture the suite no longer takes would show a page that may no longer exist."""
+    pictures = sorted((ROOT / "docs").glob("web-*.png"))
+    suite = "".join(
+        p.read_text(encoding="utf-8") for p in (ROOT / "tests/penguin/web").glob("*.py")
+    )
+    assert pictures
+    stale = [p.name for p in pictures if p.stem not in suite]
+    assert not stale, f"no browser test saves {stale}"
