@@ -32,7 +32,7 @@ from ._auth import authenticate, load_token
 from ._bodies import BODY_TIMEOUT_S
 from ._context import ServerContext, error_response, json_response
 from ._exceptions import ApiError
-from ._host import EnvironmentFactory, LLMFactory, SessionHost
+from ._host import IDLE_RELEASE_S, EnvironmentFactory, LLMFactory, SessionHost
 from ._hosted import ApprovalMode
 from ._index import Index
 from ._logins import LOGIN_TTL_S, Logins
@@ -139,11 +139,13 @@ def create_app(
     fsync: FsyncPolicy = "turn",
     login_ttl: float = LOGIN_TTL_S,
     body_timeout: float = BODY_TIMEOUT_S,
+    idle_release: float | None = IDLE_RELEASE_S,
 ) -> Starlette:
     """The server as an ASGI app; nothing runs until its lifespan starts.  ``fsync`` is the
     durability policy of the sessions it writes (R-TRACE-16); weaker than ``turn`` only by
     choice.  A browser login lasts ``login_ttl`` seconds; a request body that stalls for
-    ``body_timeout`` seconds is answered 408 (issue 29)."""
+    ``body_timeout`` seconds is answered 408; a session unused for ``idle_release`` seconds
+    releases its lock (``None``: never) so other processes can resume it (issue 29)."""
     data_root = root if isinstance(root, DataRoot) else DataRoot(root)
     ctx_box: list[ServerContext] = []
     host = SessionHost(
@@ -156,6 +158,7 @@ def create_app(
         buffer_bytes=buffer_bytes,
         retry=retry,
         fsync=fsync,
+        idle_release=idle_release,
         on_state=lambda h: ctx_box[0].session_state_event(h),
         on_created=lambda sid, source: ctx_box[0].session_created_event(sid, source),
     )

@@ -5,7 +5,10 @@ host's task group (each loaded ``Session`` is entered by a holder task that live
 session is unloaded), starting tasks and compactions (the one-at-a-time check is synchronous,
 so N concurrent requests give exactly one winner), approvals (``ask`` waits for
 ``decide``), abort, steering, retry-now, titles, fork, delete, and shutdown (abort every task as
-a user abort would, then close).  Does not: speak HTTP or read pages of traces (``_traces``).
+a user abort would, then close); releasing an idle session's lock (issue 29: unloaded after
+``idle_release`` seconds without use, so a CLI ``resume`` can take it; loaded again on use)
+and publishing what another process appended to an unloaded session (``catch_up``).  Does not:
+speak HTTP or read pages of traces (``_traces``).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections.abc import Callable, Sequence
 from contextlib import aclosing
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import anyio
 import anyio.abc
@@ -60,6 +63,11 @@ EnvironmentFactory = Callable[[LLM, Path], Environment]
 
 log = logging.getLogger("penguin.server")
 
+# How long a loaded session may sit unused before its lock is released (issue 29).  Short, so a
+# user who moves from the Web App to ``penguin resume`` is not refused; loading it again costs
+# one resume of the latest trace file.
+IDLE_RELEASE_S: Final = 5.0
+
 
 def default_llm(model: str | None) -> LLM:
     """No model was chosen: refuse, never fall back to a demo script that runs real tools."""
@@ -101,8 +109,12 @@ class SessionHost:
         on_created: Callable[[str, str], None] | None = None,
         retry: RetryPolicy | None = None,
         fsync: FsyncPolicy = "turn",
+        idle_release: float | None = IDLE_RELEASE_S,
     ) -> None:
         self.root = root
+        self._idle_release = idle_release
+        self._used: dict[str, float] = {}
+        self._releaser = anyio.CancelScope()
         self._fsync: FsyncPolicy = fsync
         self._retry = retry or Session.DEFAULT_RETRY
         self._llm_factory = llm_factory or default_llm
@@ -122,6 +134,8 @@ class SessionHost:
     async def __aenter__(self) -> SessionHost:
         self._tg_cm = anyio.create_task_group()
         self._tg = await self._tg_cm.__aenter__()
+        if self._idle_release is not None:
+            self._tg.start_soon(self._release_idle, self._idle_release)
         return self
 
     async def __aexit__(
@@ -158,6 +172,7 @@ class SessionHost:
     async def shutdown(self) -> None:
         """R-SRV-14: stop accepting tasks, abort running ones as a user abort would, close."""
         self.accepting = False
+        self._releaser.cancel()
         for h in list(self._hosted.values()):
             controls.abort(h)
         for h in list(self._hosted.values()):
@@ -249,9 +264,13 @@ class SessionHost:
         return h
 
     async def _load(self, h: Hosted) -> Session:
-        if h.session is not None:
-            return h.session
+        session = h.session
+        if session is not None and not h.closing.is_set():
+            return session
         async with h.load_lock:
+            if h.session is not None and h.closing.is_set():
+                with anyio.CancelScope(shield=True):
+                    await h.closed.wait()  # being released: load it again below
             if h.session is not None:
                 return h.session
             files = self.root.trace_files(h.id, project=h.project, agent=h.agent)
@@ -280,20 +299,70 @@ class SessionHost:
             except BaseException:
                 await _close_llm(llm)
                 raise
-            # Resume may have closed a dangling span (R-RESUME-14a): those records are the
-            # stream's too, published before anything the loaded session writes.
-            files = self.root.trace_files(h.id, project=h.project, agent=h.agent)
-            since = h.channel.last_record
-            upto = await anyio.to_thread.run_sync(last_position, files)
-            if upto > since:
-                closures = await anyio.to_thread.run_sync(
-                    lambda: list(records_between(files, since, upto))
-                )
-                for f, o, rec in closures:
-                    h.channel.publish_record(rec, f, o)
-            h.position = upto
+            # Resume may have closed a dangling span (R-RESUME-14a), and another process may
+            # have written while the session was not loaded: those records are the stream's
+            # too, published before anything the loaded session writes.
+            h.position = await self._publish_new(h)
             await self._hold(h, session, llm)
             return session
+
+    async def _publish_new(self, h: Hosted) -> tuple[int, int]:
+        """Publish the records of ``h``'s trace after the last one its channel carried;
+        returns the trace's last position."""
+        files = self.root.trace_files(h.id, project=h.project, agent=h.agent)
+        since = h.channel.last_record
+        upto = await anyio.to_thread.run_sync(last_position, files)
+        if upto > since:
+            new = await anyio.to_thread.run_sync(lambda: list(records_between(files, since, upto)))
+            for f, o, rec in new:
+                h.channel.publish_record(rec, f, o)
+        return upto
+
+    async def catch_up(self, session_id: str) -> None:
+        """Another process appended to ``session_id``'s trace: when the session is hosted but
+        not loaded here (a CLI run holds it), stream the new records live (issue 29)."""
+        h = self._hosted.get(session_id)
+        if h is None or h.session is not None or h.load_lock.locked():
+            return
+        async with h.load_lock:
+            if h.session is not None:
+                return
+            try:
+                await self._publish_new(h)
+            except FileNotFoundError:
+                return
+
+    def touch(self, h: Hosted) -> None:
+        self._used[h.id] = anyio.current_time()
+
+    def _releasable(self, h: Hosted, idle: float) -> bool:
+        session = h.session
+        return (
+            session is not None
+            and h.busy is None
+            and not h.pending
+            and not h.closing.is_set()
+            # The carry-over of an interrupted task lives only in memory (R-INT): keep it.
+            and not session.context.pending
+            and anyio.current_time() - self._used.get(h.id, 0.0) >= idle
+        )
+
+    async def _release_idle(self, idle: float) -> None:
+        """Unload sessions unused for ``idle`` seconds: their lock is free for other processes
+        (a CLI ``resume``); the next use loads them again from the trace."""
+        with self._releaser:
+            await self._release_loop(idle)
+
+    async def _release_loop(self, idle: float) -> None:
+        while True:
+            await anyio.sleep(max(idle / 2, 0.05))
+            for h in list(self._hosted.values()):
+                if not self._releasable(h, idle) or h.load_lock.locked():
+                    continue
+                async with h.load_lock:
+                    if self._releasable(h, idle):
+                        log.debug("releasing idle session %s", h.id)
+                        await self._unload(h)
 
     async def _hold(self, h: Hosted, session: Session, llm: LLM) -> None:
         h.closing, h.closed = anyio.Event(), anyio.Event()
@@ -301,6 +370,7 @@ class SessionHost:
             llm.bind(session)
         h.forget_listener = session.add_record_listener(h.on_record)
         h.session, h.llm = session, llm
+        self.touch(h)
         await self._group().start(self._holder, h, session, llm)
 
     async def _holder(
@@ -406,6 +476,7 @@ class SessionHost:
             pending.done.set()
         h.pending.clear()
         h.busy, h.signal, h.queued_steering = None, None, 0
+        self.touch(h)
         self.announce(h)
         idle, h.idle = h.idle, anyio.Event()
         idle.set()
@@ -442,7 +513,9 @@ class SessionHost:
 
     async def title(self, h: Hosted) -> str | None:
         session = await self._load(h)
-        title = await session.generate_title()
+        self.touch(h)
+        async with h.load_lock:  # not released while the model writes the title
+            title = await session.generate_title()
         if title is not None:
             h.title = title
             h.server_event("title", title=title)

@@ -14,8 +14,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from engine import DEFAULT_MAX_TURNS, CompactionSettings, Session
-from eventstore import encode
+from eventstore import encode, iter_trace
 from penguin._goal import goal_dict
+from projections import project
 
 from ._bodies import CreateSessionBody, read_body
 from ._channel import Event, ReplayPlan, parse_id, unnumbered
@@ -116,10 +117,30 @@ async def get_session(request: Request) -> Response:
             files = ctx.root.trace_files(h.id, project=h.project, agent=h.agent)
             row["trace_path"] = str(files[-1])
         except FileNotFoundError:
+            files = []
             row["trace_path"] = None
+        if files:
+            # Not loaded (never used, or released when idle): the same summary, folded from
+            # the latest file without taking the session's lock.
+            row.update(await anyio.to_thread.run_sync(_folded, files[-1], h.compaction is None))
     row["pending_approvals"] = [p.tool_call_id for p in h.pending.values()]
     row["goal"] = goal_dict(session.state.goal) if session is not None else None
     return json_response(row)
+
+
+def _folded(path: Path, compaction_off: bool) -> dict[str, Any]:
+    context, state, _ = project(iter_trace(path, report=False))
+    if compaction_off:
+        verdict = "unsupported"
+    elif state.turns_in_context >= 1:
+        verdict = "ok"
+    else:
+        verdict = "just_compacted" if state.from_compaction else "empty"
+    return {
+        "context": {"turns": state.turns_in_context, "messages": len(context.history)},
+        "carry_over": False,  # lives only in a loaded session's memory
+        "compactability": verdict,
+    }
 
 
 def _carry(ctxt: Any) -> bool:

@@ -1,7 +1,9 @@
 """Following traces written by other processes (R-SRV-13: rows within 2 s).
 
 Owns: the ``watchfiles`` loop over the data root that catches the index up after changes to
-``.jsonl`` files.  Does not: fold (``Index.refresh``).
+``.jsonl`` files, and has the host stream what another process appended to a session it
+hosts but does not hold (issue 29: a CLI run shows live in the Web App).  Does not: fold
+(``Index.refresh``), read records (``SessionHost.catch_up``).
 """
 
 from __future__ import annotations
@@ -33,11 +35,27 @@ async def watch_traces(ctx: ServerContext) -> None:
     # a short rust_timeout keeps SIGTERM at ~0.5 s instead of watchfiles' default 5 s.  While
     # tasks run the traces change all the time: one refresh a second is enough (a reader's
     # route refreshes on demand too), and each one walks the root.
-    async for _changes in awatch(
+    async for changes in awatch(
         ctx.root.home, watch_filter=_is_trace, debounce=1000, step=50, rust_timeout=500
     ):
+        sids = {sid for _, path in changes if (sid := _session_of(path)) is not None}
+        for sid in sorted(sids):
+            try:
+                await ctx.host.catch_up(sid)
+            except Exception:
+                log.exception("streaming the new records of %s failed", sid)
         try:
             await ctx.refresh_index(max_age=0)
         except Exception:
             log.exception("index refresh failed")
         await anyio.lowlevel.checkpoint()
+
+
+def _session_of(path: str) -> str | None:
+    """``<session_id>_<NNN>.jsonl`` -> the session id."""
+    name = os.path.basename(path)
+    stem, _, ext = name.rpartition(".")
+    sid, sep, index = stem.rpartition("_")
+    if ext != "jsonl" or not sep or not index.isdigit():
+        return None
+    return sid

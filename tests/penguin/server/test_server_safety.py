@@ -25,6 +25,7 @@ from penguin.server._logins import Logins
 
 pytestmark = pytest.mark.anyio
 
+TEXT = {"input": [{"type": "text", "text": "hi"}]}
 PNG_1PX = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 
 
@@ -337,3 +338,73 @@ async def _until_eof(reader: Reader) -> None:
             await reader.next()
     except EOFError:
         return
+
+
+# ---------------------------------------------------------------------------- item 5: resources
+
+
+def _lock_is_free(lock: Path) -> bool:
+    """flock is per open file: this process's own server holding it still conflicts."""
+    import fcntl
+
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return True
+    finally:
+        os.close(fd)
+
+
+async def test_an_idle_session_lets_a_cli_resume_run_and_streams_it_live(tmp_path: Path) -> None:
+    """Issue 29: a session the server used is released when idle, so ``penguin resume -m``
+    works while the server runs; the Web App's stream shows that CLI run's records as they are
+    written; the server's next task takes the session again and sees them."""
+    root = tmp_path / "home"
+    script = tmp_path / "cli.json"
+    script.write_text(json.dumps({"responses": [[{"text": "from the cli"}]] * 3}))
+    llm = scripted([{"text": "from the server"}], [{"text": "server again"}], [{"text": "x"}])
+    async with served(root, llm_factory=llm, idle_release=0.2, watch=True) as srv:
+        sid = await srv.new_session()
+        async with srv.client.stream("GET", f"/api/sessions/{sid}/stream") as resp:
+            rd = Reader(resp)
+            await rd.until(is_server("task_state"))
+            assert (await srv.post(f"/api/sessions/{sid}/tasks", TEXT)).status_code == 202
+            await rd.until(lambda e: e.event is None and "from the server" in e.data)
+            await rd.until(is_server("task_state", state="idle"))
+            (lock,) = root.rglob(f"{sid}.lock")
+            with anyio.fail_after(20):
+                while not _lock_is_free(lock):
+                    await anyio.sleep(0.05)  # waits for the idle release; orders nothing
+            exe = os.path.join(os.path.dirname(sys.executable), "penguin")
+            cli = await anyio.run_process(
+                [exe, "--home", str(root), "resume", sid, "-m", "go on"]
+                + ["--script", str(script), "--change-model"],
+                check=False,
+            )
+            assert cli.returncode == 0, cli.stderr.decode()
+            with anyio.fail_after(20):
+                seen = await rd.until(lambda e: e.event is None and "from the cli" in e.data)
+            assert any(e.event is None and '"go on"' in e.data for e in seen)
+            ids = [e.id for e in seen if e.event is None]
+            assert all(i is not None and "+" not in i for i in ids)  # recorded positions
+        # The server takes the session again on use, after the CLI's records.
+        assert (await srv.post(f"/api/sessions/{sid}/tasks", TEXT)).status_code == 202
+        msgs = await _messages_when_idle(srv, sid)
+        texts = [m["message"]["payload"].get("text") for m in msgs]
+        texts = [t for t in texts if t]
+        assert texts[:4] == ["hi", "from the server", "go on", "from the cli"], texts
+        assert texts[4] == "hi" and len(texts) == 6, texts
+
+
+async def _messages_when_idle(srv: Any, sid: str) -> list[dict[str, Any]]:
+    with anyio.fail_after(20):
+        while True:
+            r = await srv.client.get(f"/api/sessions/{sid}/messages")
+            body = r.json()
+            if body.get("live") is None:
+                return list(body["messages"])
+            await anyio.sleep(0.05)  # waits for the task's end; orders nothing

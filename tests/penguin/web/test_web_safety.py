@@ -4,6 +4,7 @@ never puts the token in a cookie and what another port's app receives is useless
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -142,3 +143,47 @@ def test_r_web_5_every_shown_string_goes_through_visible() -> None:
         text = path.read_text(encoding="utf-8")
         assert not SINKS.search(text), f"{path.name}: {SINKS.search(text)}"
         assert "new EventSource" not in text, path.name  # it cannot send the login's key
+
+
+def _long_trace(sid: str, turns: int) -> str:
+    """A valid trace of ``1 + 4 * turns`` records."""
+
+    def rec(t: int, kind: str, payload: dict[str, Any]) -> str:
+        ts = f"2026-11-29T10:{t // 60000 % 60:02d}:{t // 1000 % 60:02d}.{t % 1000:03d}Z"
+        return json.dumps({"timestamp": ts, "type": kind, "payload": payload})
+
+    meta = {
+        "session_id": sid,
+        "provider": "scripted",
+        "model_id": "script",
+        "model_context_window": 200000,
+        "system_prompt": "",
+        "agent_state": "/agent/state",
+        "workspace": "/workspace",
+    }
+    lines = [rec(0, "session_meta", meta)]
+    for i in range(turns):
+        t = i * 10
+        user = {"type": "text", "role": "user", "text": f"question {i}"}
+        answer = {"type": "text", "role": "assistant", "text": f"a{i}", "stop_reason": "completed"}
+        lines.append(rec(t + 1, "model_msg", user))
+        lines.append(rec(t + 2, "event_msg", {"type": "request_begin"}))
+        lines.append(rec(t + 3, "model_msg", answer))
+        lines.append(rec(t + 4, "event_msg", {"type": "request_end", "status": "completed"}))
+    return "\n".join(lines) + "\n"
+
+
+def test_r_web_4_the_trace_view_pages_beyond_2000_records(page: Any, server: Server) -> None:
+    """Issue 29: the trace view stopped at 2,000 records; the rest now load on demand."""
+    sid = "session-2026-11-29-10-00-00-2100aaaa"
+    server.api("POST", "/api/traces/import", {"jsonl": _long_trace(sid, 600)})  # 2,401 records
+    page.goto(f"{server.base}/#/s/{sid}/trace")
+    page.wait_for_selector(".record button.at >> text=1:1999")
+    assert page.locator(".record").count() == 2000
+    assert "401 more records" in page.locator(".records .more").inner_text()
+    page.click(".records button.load-more")
+    page.wait_for_selector(".record button.at >> text=1:2400")
+    assert page.locator(".record").count() == 2401
+    assert page.locator(".records .more").count() == 0
+    page.locator(".record button.at >> text=1:2399").click()  # beyond the first page
+    page.wait_for_selector(".context >> text=At 1:2399")

@@ -39,14 +39,34 @@ export function traceView(root, id) {
           `line ${f.line}: ${f.rule} ${f.severity}: ${visible(f.message)}`))));
     } else findings.append(h("p", { class: "ok small" }, "Validator: no findings in this file."));
     clear(records);
-    for (const r of page.records) {
-      const pos = `${n}:${r.ordinal}`;
-      records.append(h("li", { class: "record", dataset: { at: pos } },
-        h("button", { class: "link at", onclick: () => pick(pos) }, pos),
-        " ", h("span", { class: "rtype" }, describe(r.record))));
-    }
-    if (page.total > page.records.length) records.append(h("li", { class: "muted" }, `… ${page.total - page.records.length} more records`));
-    clear(timeline).append(h("h3", null, "Timeline"), drawTimeline(page.records, pick, n));
+    let loaded = [];
+    const more = h("li", { class: "more" });
+    const showPage = (got) => {
+      more.remove();
+      for (const r of got.records) {
+        const pos = `${n}:${r.ordinal}`;
+        records.append(h("li", { class: "record", dataset: { at: pos } },
+          h("button", { class: "link at", onclick: () => pick(pos) }, pos),
+          " ", h("span", { class: "rtype" }, describe(r.record))));
+      }
+      loaded = loaded.concat(got.records);
+      const left = got.total - loaded.length;
+      if (left > 0) {
+        // Paged (issue 29): the next records on demand, however long the file is.
+        clear(more).append(h("span", { class: "muted" }, `… ${left} more records `),
+          h("button", { class: "load-more", onclick: () => loadMore(more) }, `Load ${Math.min(left, LIMIT)} more`));
+        records.append(more);
+      }
+      clear(timeline).append(h("h3", null, "Timeline"), drawTimeline(loaded, pick, n));
+    };
+    const loadMore = async (button) => {
+      for (const b of button.querySelectorAll("button")) b.disabled = true;
+      try {
+        const next = await api(`${base}/traces/${n}?offset=${loaded.length}&limit=${LIMIT}`);
+        if (current === n) showPage(next);
+      } catch (err) { error.hidden = false; setText(error, err.message); }
+    };
+    showPage(page);
   }
 
   async function pick(at) {
