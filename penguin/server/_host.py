@@ -43,7 +43,10 @@ from eventstore import (
     OmniMessage,
     SessionLocked,
     SessionMetaPayload,
+    TailRead,
+    file_index,
     iter_trace,
+    tail,
     validate_id,
 )
 from penguin._goal import GoalRounds
@@ -53,7 +56,7 @@ from . import _controls as controls
 from ._channel import Channel
 from ._exceptions import ApiError
 from ._hosted import ApprovalMode, Hosted
-from ._traces import last_position, records_between
+from ._traces import indexed_files, last_position
 
 __all__ = ["EnvironmentFactory", "LLMFactory", "SessionHost"]
 
@@ -114,7 +117,8 @@ class SessionHost:
         self.root = root
         self._idle_release = idle_release
         self._used: dict[str, float] = {}
-        self._releaser = anyio.CancelScope()
+        self._cursors: dict[str, TailRead | None] = {}  # where each trace was last read
+        self._releaser: anyio.CancelScope | None = None
         self._fsync: FsyncPolicy = fsync
         self._retry = retry or Session.DEFAULT_RETRY
         self._llm_factory = llm_factory or default_llm
@@ -172,7 +176,8 @@ class SessionHost:
     async def shutdown(self) -> None:
         """R-SRV-14: stop accepting tasks, abort running ones as a user abort would, close."""
         self.accepting = False
-        self._releaser.cancel()
+        if self._releaser is not None:
+            self._releaser.cancel()
         for h in list(self._hosted.values()):
             controls.abort(h)
         for h in list(self._hosted.values()):
@@ -308,14 +313,37 @@ class SessionHost:
 
     async def _publish_new(self, h: Hosted) -> tuple[int, int]:
         """Publish the records of ``h``'s trace after the last one its channel carried;
-        returns the trace's last position."""
+        returns the trace's last position.  Reads only what was appended since the previous
+        call (``eventstore.tail`` from a kept cursor), so following a long CLI run stays cheap."""
         files = self.root.trace_files(h.id, project=h.project, agent=h.agent)
         since = h.channel.last_record
-        upto = await anyio.to_thread.run_sync(last_position, files)
-        if upto > since:
-            new = await anyio.to_thread.run_sync(lambda: list(records_between(files, since, upto)))
-            for f, o, rec in new:
+        cursor = self._cursors.get(h.id)
+
+        def read() -> tuple[list[tuple[int, int, OmniMessage]], TailRead | None]:
+            new: list[tuple[int, int, OmniMessage]] = []
+            last = cursor
+            for index, path in indexed_files(files):
+                if last is not None and index < (file_index(last.path) or 0):
+                    continue
+                if last is not None and last.path == path:
+                    got = last.more()
+                elif index < since[0]:
+                    continue
+                else:
+                    got = tail(path)
+                new += [(r.file, r.ordinal, r.record) for r in got.records]
+                last = got
+            return new, last
+
+        records, self._cursors[h.id] = await anyio.to_thread.run_sync(read)
+        upto = since
+        for f, o, rec in records:
+            if (f, o) > since:
                 h.channel.publish_record(rec, f, o)
+                upto = (f, o)
+        cur = self._cursors[h.id]
+        if cur is not None and cur.ordinal and (file_index(cur.path) or 0, cur.ordinal - 1) > upto:
+            upto = (file_index(cur.path) or 0, cur.ordinal - 1)
         return upto
 
     async def catch_up(self, session_id: str) -> None:
@@ -350,7 +378,7 @@ class SessionHost:
     async def _release_idle(self, idle: float) -> None:
         """Unload sessions unused for ``idle`` seconds: their lock is free for other processes
         (a CLI ``resume``); the next use loads them again from the trace."""
-        with self._releaser:
+        with anyio.CancelScope() as self._releaser:
             await self._release_loop(idle)
 
     async def _release_loop(self, idle: float) -> None:

@@ -380,11 +380,8 @@ async def test_an_idle_session_lets_a_cli_resume_run_and_streams_it_live(tmp_pat
                 while not _lock_is_free(lock):
                     await anyio.sleep(0.05)  # waits for the idle release; orders nothing
             exe = os.path.join(os.path.dirname(sys.executable), "penguin")
-            cli = await anyio.run_process(
-                [exe, "--home", str(root), "resume", sid, "-m", "go on"]
-                + ["--script", str(script), "--change-model"],
-                check=False,
-            )
+            args = ["--home", str(root), "resume", sid, "-m", "go on", "--change-model"]
+            cli = await anyio.run_process([exe, *args, "--script", str(script)], check=False)
             assert cli.returncode == 0, cli.stderr.decode()
             with anyio.fail_after(20):
                 seen = await rd.until(lambda e: e.event is None and "from the cli" in e.data)
