@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from eventstore import ToolDefinition
 
+    from ._approval import ApprovalRule, ApprovalRules
     from ._config import (
         DEFAULT_MAX_TURNS,
         CompactionSettings,
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from ._exceptions import EngineError, SessionBroken, SessionBusy
     from ._goal import GoalOptions
     from ._local import LocalEnvironment, ToolContext
+    from ._mcp import McpEnvironment, McpServer
     from ._protocols import (
         LLM,
         Approval,
@@ -65,10 +67,12 @@ _LAZY: dict[str, str] = {
         ),
         "._config",
     ),
+    **dict.fromkeys(("ApprovalRule", "ApprovalRules"), "._approval"),
     **dict.fromkeys(("EngineError", "SessionBroken", "SessionBusy"), "._exceptions"),
     "RETRYABLE_STATUSES": "._retryable",  # not ._config: the validator needs no pydantic
     "GoalOptions": "._goal",
     **dict.fromkeys(("LocalEnvironment", "ToolContext"), "._local"),
+    **dict.fromkeys(("McpEnvironment", "McpServer"), "._mcp"),
     **dict.fromkeys(
         (
             "LLM",
@@ -110,6 +114,8 @@ __all__ = [
     "RUN_SUBAGENT",
     "AbortSignal",
     "Approval",
+    "ApprovalRule",
+    "ApprovalRules",
     "ApproveFn",
     "BindsScratchpad",
     "Compactability",
@@ -121,6 +127,8 @@ __all__ = [
     "LLMOutcome",
     "LLMRequest",
     "LocalEnvironment",
+    "McpEnvironment",
+    "McpServer",
     "NamesModel",
     "NamesProvider",
     "RecordListener",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import math
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Literal, Self
@@ -36,17 +36,20 @@ from eventstore import (
     OmniMessage,
     SessionMetaPayload,
     TokenCounts,
+    ToolDefinition,
     TraceWriter,
 )
 from eventstore import builders as b
 from projections import ModelContext, SessionState
 from projections import markers as mk
 
+from ._approval import ApprovalRule, apply_rules, check_rules
 from ._compaction import CompactionRunner
 from ._config import DEFAULT_MAX_TURNS, CompactionSettings, RetryPolicy, check_workspace
 from ._exceptions import SessionBroken, SessionBusy
 from ._goal import GoalOptions, GoalRun
 from ._images import fold_images
+from ._mcp import McpEnvironment, McpServer, mcp_rules, with_mcp
 from ._protocols import LLM, ApproveFn, BindsScratchpad, Environment, llm_identity
 from ._recorder import Recorder, RecordListener
 from ._run import Run, WriteFailed, first_write_failure, next_message
@@ -80,8 +83,23 @@ class Session:
         max_turns: int,
         retry: RetryPolicy,
         /,
+        *,
+        mcp: Mapping[str, McpServer] | None = None,
+        approval_rules: Mapping[str, str] | None = None,
+        recorded_tools: Sequence[ToolDefinition] = (),
     ) -> None:
         """Internal: use ``create`` or ``resume``."""
+        self._mcp: McpEnvironment | None = None
+        self._mcp_servers = dict(mcp or {})
+        if self._mcp_servers:
+            environment, self._mcp = with_mcp(
+                environment, self._mcp_servers, workspace=workspace, recorded=recorded_tools
+            )
+        # Rules the servers declare, then the explicit ones (which win on the same key).
+        self._rules: dict[str, ApprovalRule] = {
+            **mcp_rules(self._mcp_servers),
+            **check_rules(approval_rules or {}),
+        }
         self._llm = llm
         self._env = environment
         self._root = root
@@ -136,15 +154,31 @@ class Session:
         retry: RetryPolicy = DEFAULT_RETRY,
         fsync: FsyncPolicy = "turn",
         source: Literal["subagent", "schedule"] | None = None,
+        mcp: Mapping[str, McpServer] | None = None,
+        approval_rules: Mapping[str, str] | None = None,
     ) -> Session:
-        """A new session (R-SESSION-1): validates the workspace, allocates an id, writes nothing."""
+        """A new session (R-SESSION-1): validates the workspace, allocates an id, writes nothing.
+
+        ``mcp`` adds the tools of MCP servers as ``NAME__tool`` (SPEC §26); ``approval_rules``
+        maps tool names or globs (``fs__*``) to ``allow``/``ask``/``deny`` (R-MCP-3)."""
         data_root = root if isinstance(root, DataRoot) else DataRoot(root)
         ws = await anyio.to_thread.run_sync(check_workspace, workspace)
         recorder = _new_recorder(
             llm, data_root, ws, system_prompt, project, agent, source=source, fsync=fsync
         )
         return cls(
-            llm, environment, data_root, recorder, project, agent, ws, compaction, max_turns, retry
+            llm,
+            environment,
+            data_root,
+            recorder,
+            project,
+            agent,
+            ws,
+            compaction,
+            max_turns,
+            retry,
+            mcp=mcp,
+            approval_rules=approval_rules,
         )
 
     @classmethod
@@ -165,10 +199,15 @@ class Session:
         max_turns: int = DEFAULT_MAX_TURNS,
         retry: RetryPolicy = DEFAULT_RETRY,
         fsync: FsyncPolicy = "turn",
+        mcp: Mapping[str, McpServer] | None = None,
+        approval_rules: Mapping[str, str] | None = None,
+        recorded_tools: Sequence[ToolDefinition] = (),
     ) -> Session:
         """A recorded session continued: its ``session_meta``, the ``writer`` holding the lock
         on its latest file, and the ``context``/``state`` folded from its trace (with the
-        closures resume wrote).  The records that follow go to ``writer``'s file."""
+        closures resume wrote).  The records that follow go to ``writer``'s file.
+        ``recorded_tools`` (the last ``tool_list_ready``) keeps the tools of an MCP server that
+        cannot be reached: they fail when called, the session goes on (R-MCP-4)."""
         session_id = _meta_payload(meta).session_id
         recorder = Recorder(
             session_id=session_id,
@@ -190,6 +229,9 @@ class Session:
             compaction,
             max_turns,
             retry,
+            mcp=mcp,
+            approval_rules=approval_rules,
+            recorded_tools=recorded_tools,
         )
 
     # ------------------------------------------------------------------ context manager
@@ -202,6 +244,12 @@ class Session:
         self._tg = await self._tg_cm.__aenter__()
         if isinstance(self._env, BindsScratchpad):
             self._env.bind_scratchpad(self.scratchpad)
+        if self._mcp is not None:
+            try:
+                await self._mcp.__aenter__()
+            except BaseException as exc:
+                await self._tg_cm.__aexit__(type(exc), exc, exc.__traceback__)
+                raise
         return self
 
     async def __aexit__(
@@ -221,7 +269,13 @@ class Session:
                     await active.done.wait()
         finally:
             try:
-                result = await self._tg_cm.__aexit__(exc_type, exc, tb)
+                try:
+                    if self._mcp is not None:
+                        # Its connections are tasks inside the session's scope: closed first
+                        # (its task group is exited here, in the task that entered it).
+                        await self._mcp.__aexit__(None, None, None)
+                finally:
+                    result = await self._tg_cm.__aexit__(exc_type, exc, tb)
             finally:
                 self._tg = None
                 self._rec.close()
@@ -267,6 +321,16 @@ class Session:
     def _scratchpad_dir(self) -> Path:
         """The scratchpad, created on demand with 0700 directories (R-IMG-1, R-ROOT-9)."""
         return self._root.ensure_dir(self.scratchpad)
+
+    @property
+    def mcp_servers(self) -> dict[str, McpServer]:
+        """The MCP servers whose tools this session offers (SPEC §26)."""
+        return dict(self._mcp_servers)
+
+    @property
+    def approval_rules(self) -> dict[str, ApprovalRule]:
+        """The approval rules in force, MCP servers' included (R-MCP-3)."""
+        return dict(self._rules)
 
     @property
     def running(self) -> bool:
@@ -315,6 +379,7 @@ class Session:
         self._check_idle()
         goal_run = GoalRun.prepare(self, messages, goal) if goal is not None else None
         self._busy = True
+        approve = apply_rules(self._rules, approve)
         run, recv, forget = _new_run(signal, approve, thinking_level, observer)
         self._active = run
         assert self._tg is not None

@@ -103,6 +103,8 @@ class Tool(Generic[A]):
     ``ctx.signal`` itself and ends promptly once it fires (reporting ``ToolResult(status=
     "aborted")``), so the environment does not cancel it on abort and it can finish its own
     protocol — a nested session runs its abort path and forwards it.  Timeouts still cancel it.
+    ``parameters`` replaces the JSON Schema generated from ``args`` (a tool whose schema comes
+    from elsewhere, e.g. an MCP server's ``inputSchema``).
     """
 
     name: str
@@ -113,6 +115,7 @@ class Tool(Generic[A]):
     permission: Literal["r", "rw"] = "rw"
     timeout_ms: int | None = None
     interruptible: bool = True
+    parameters: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not _NAME_RE.match(self.name):
@@ -125,9 +128,8 @@ class Tool(Generic[A]):
     @property
     def definition(self) -> ToolDefinition:
         """What the model is told: the description and the JSON Schema of ``args``."""
-        return ToolDefinition(
-            name=self.name, description=self.description, parameters=tool_schema(self.args)
-        )
+        parameters = self.parameters if self.parameters is not None else tool_schema(self.args)
+        return ToolDefinition(name=self.name, description=self.description, parameters=parameters)
 
 
 # --------------------------------------------------------------------------- JSON Schema

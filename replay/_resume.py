@@ -27,6 +27,8 @@ from eventstore import (
     SessionMetaPayload,
     SummaryCache,
     ToolCallPayload,
+    ToolDefinition,
+    ToolListReadyPayload,
     TraceWriter,
     UnknownPayload,
     iter_trace,
@@ -99,6 +101,16 @@ def load_session(
     return _load(
         root, session_id, project=project, agent=agent, store=store_summaries, call_ids=None
     )
+
+
+def _recorded_tools(path: Path) -> list[ToolDefinition]:
+    """The tools of the last ``tool_list_ready`` in ``path`` (every file head holds one)."""
+    tools: list[ToolDefinition] = []
+    for record in iter_trace(path):
+        payload = record.payload
+        if type(payload) is ToolListReadyPayload:
+            tools = list(payload.tools)
+    return tools
 
 
 def _load(
@@ -195,7 +207,14 @@ async def resume_session(
     """
     if "system_prompt" in options:
         raise TypeError("resume_session() does not accept system_prompt: the recorded one is kept")
-    unknown = set(options) - {"compaction", "max_turns", "retry", "fsync"}
+    unknown = set(options) - {
+        "compaction",
+        "max_turns",
+        "retry",
+        "fsync",
+        "mcp",
+        "approval_rules",
+    }
     if unknown:
         raise TypeError(f"resume_session() got unexpected options: {', '.join(sorted(unknown))}")
     data_root = root if isinstance(root, DataRoot) else DataRoot(root)
@@ -229,6 +248,9 @@ async def resume_session(
         raise
     if isinstance(llm, SeedsToolCallIds):
         llm.seed_tool_call_ids(call_ids)  # R-RUN-20: before the resumed session's first request
+    if options.get("mcp"):
+        # R-MCP-4: an MCP server that cannot be reached keeps the tools it was recorded with.
+        options["recorded_tools"] = _recorded_tools(latest)
     session = Session.resume(
         llm=llm,
         environment=environment,
