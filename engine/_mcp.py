@@ -6,7 +6,8 @@ by a task of its own; tool listing under ``NAME__tool`` names; calls; a server t
 restarted for the next call; one that cannot be reached keeps the tools it had when the session
 was recorded, and they fail), the mapping of a ``tools/call`` result to a tool output (text,
 images as data URLs, embedded resources, structured content; ``isError`` and protocol errors
-fail the call), and ``with_mcp`` (an environment plus MCP tools, calls routed by name).  Does
+fail the call), and ``SessionTools`` (an environment plus MCP tools, calls routed by name,
+and the approval rules).  Does
 not: frame, truncate or time out output — each MCP tool is a ``Tool`` run by a
 ``LocalEnvironment``, so timeouts and aborts cancel the call, and the SDK then sends the server
 ``notifications/cancelled``.  Does not: approve calls (``engine._approval``).
@@ -35,7 +36,7 @@ from pydantic import BaseModel, ConfigDict
 
 from eventstore import OmniMessage, ToolCallPayload, ToolDefinition
 
-from ._approval import ApprovalRule, check_rules
+from ._approval import ApprovalRule, apply_rules, check_rules
 from ._local import LocalEnvironment
 from ._protocols import ApproveFn, BindsScratchpad, Environment
 from ._signal import AbortSignal
@@ -44,7 +45,7 @@ from ._tools import Tool, ToolError, ToolResult
 if TYPE_CHECKING:
     from mcp import Client
 
-__all__ = ["McpEnvironment", "McpServer", "mcp_rules", "with_mcp"]
+__all__ = ["McpEnvironment", "McpServer", "SessionTools", "mcp_rules", "session_tools"]
 
 SEPARATOR: Final = "__"
 _SERVER_NAME: Final = re.compile(r"^[A-Za-z0-9_-]{1,48}$")
@@ -560,15 +561,59 @@ class McpEnvironment:
 # --------------------------------------------------------------------------- composition
 
 
-class _WithMcp:
-    """An environment plus MCP tools: listing both, routing each call by its tool's name."""
+class SessionTools:
+    """A session's tools: ``environment`` plus the tools of MCP ``servers`` (calls routed by
+    name), and the approval ``rules`` that wrap each run's approve callback (R-MCP-3).
+    ``Session.create(mcp=..., approval_rules=...)`` builds one; the session enters it with its
+    own lifetime (``open``/``close``), since each MCP connection is a task.
+    """
 
-    def __init__(self, primary: Environment, mcp: McpEnvironment) -> None:
-        self.primary = primary
-        self.mcp = mcp
+    def __init__(
+        self,
+        environment: Environment,
+        workspace: Path,
+        *,
+        mcp: Mapping[str, McpServer] | None = None,
+        approval_rules: Mapping[str, str] | None = None,
+        recorded: Sequence[ToolDefinition] = (),
+    ) -> None:
+        self.primary = environment
+        self.servers = dict(mcp or {})
+        timeout = getattr(environment, "default_timeout_ms", _DEFAULT_TIMEOUT_MS)
+        limit = getattr(environment, "max_output_length", _DEFAULT_MAX_OUTPUT)
+        self.mcp = (
+            McpEnvironment(
+                self.servers,
+                workspace=workspace,
+                default_timeout_ms=timeout if isinstance(timeout, int) else _DEFAULT_TIMEOUT_MS,
+                max_output_length=limit if isinstance(limit, int) else _DEFAULT_MAX_OUTPUT,
+                recorded=recorded,
+            )
+            if self.servers
+            else None
+        )
+        # Rules the servers declare, then the explicit ones (which win on the same key).
+        self.rules: dict[str, ApprovalRule] = {
+            **mcp_rules(self.servers),
+            **check_rules(approval_rules or {}),
+        }
+
+    async def open(self) -> None:
+        if self.mcp is not None:
+            await self.mcp.__aenter__()
+
+    async def close(self) -> None:
+        """Close the MCP connections; in the task that called ``open``."""
+        if self.mcp is not None:
+            await self.mcp.__aexit__(None, None, None)
+
+    def approve(self, approve: ApproveFn | None) -> ApproveFn | None:
+        return apply_rules(self.rules, approve)
 
     async def list_tools(self) -> list[ToolDefinition]:
         own = list(await self.primary.list_tools())
+        if self.mcp is None:
+            return own
         extra = await self.mcp.list_tools()
         names = {tool.name for tool in own}
         clash = [tool.name for tool in extra if tool.name in names]
@@ -580,41 +625,40 @@ class _WithMcp:
         self, call: OmniMessage, *, signal: AbortSignal, approve: ApproveFn | None
     ) -> AsyncIterator[OmniMessage]:
         payload = call.payload
-        if isinstance(payload, ToolCallPayload) and self.mcp.has_tool(payload.name):
-            return self.mcp.execute(call, signal=signal, approve=approve)
+        mcp = self.mcp
+        if mcp is not None and isinstance(payload, ToolCallPayload) and mcp.has_tool(payload.name):
+            return mcp.execute(call, signal=signal, approve=approve)
         return self.primary.execute(call, signal=signal, approve=approve)
 
     def tool_permission(self, name: str) -> Literal["r", "rw"] | None:
-        return self.mcp.tool_permission(name) or self.primary.tool_permission(name)
+        found = self.mcp.tool_permission(name) if self.mcp is not None else None
+        return found or self.primary.tool_permission(name)
 
     def bind_scratchpad(self, path: Path) -> None:
-        self.mcp.bind_scratchpad(path)
+        if self.mcp is not None:
+            self.mcp.bind_scratchpad(path)
         if isinstance(self.primary, BindsScratchpad):
             self.primary.bind_scratchpad(path)
 
     async def aclose(self) -> None:
         try:
-            await self.mcp.aclose()
+            if self.mcp is not None:
+                await self.mcp.aclose()
         finally:
             await self.primary.aclose()
 
 
-def with_mcp(
+def session_tools(
     environment: Environment,
-    servers: Mapping[str, McpServer],
-    *,
     workspace: Path,
+    *,
+    mcp: Mapping[str, McpServer] | None,
+    approval_rules: Mapping[str, str] | None,
     recorded: Sequence[ToolDefinition] = (),
-) -> tuple[Environment, McpEnvironment]:
-    """``environment`` plus the tools of ``servers``; the ``McpEnvironment`` is returned too,
-    to be entered (``async with``) by whoever owns the session's lifetime."""
-    timeout = getattr(environment, "default_timeout_ms", _DEFAULT_TIMEOUT_MS)
-    limit = getattr(environment, "max_output_length", _DEFAULT_MAX_OUTPUT)
-    mcp = McpEnvironment(
-        servers,
-        workspace=workspace,
-        default_timeout_ms=timeout if isinstance(timeout, int) else _DEFAULT_TIMEOUT_MS,
-        max_output_length=limit if isinstance(limit, int) else _DEFAULT_MAX_OUTPUT,
-        recorded=recorded,
+) -> Environment:
+    """``environment`` as a session uses it: unchanged without MCP servers and rules."""
+    if not mcp and not approval_rules:
+        return environment
+    return SessionTools(
+        environment, workspace, mcp=mcp, approval_rules=approval_rules, recorded=recorded
     )
-    return _WithMcp(environment, mcp), mcp

@@ -18,10 +18,10 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import math
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, Self
+from typing import Any, Literal, Self
 
 import anyio
 import anyio.abc
@@ -43,13 +43,12 @@ from eventstore import builders as b
 from projections import ModelContext, SessionState
 from projections import markers as mk
 
-from ._approval import ApprovalRule, apply_rules, check_rules
 from ._compaction import CompactionRunner
 from ._config import DEFAULT_MAX_TURNS, CompactionSettings, RetryPolicy, check_workspace
 from ._exceptions import SessionBroken, SessionBusy
 from ._goal import GoalOptions, GoalRun
 from ._images import fold_images
-from ._mcp import McpEnvironment, McpServer, mcp_rules, with_mcp
+from ._mcp import McpServer, SessionTools, session_tools
 from ._protocols import LLM, ApproveFn, BindsScratchpad, Environment, llm_identity
 from ._recorder import Recorder, RecordListener
 from ._run import Run, WriteFailed, first_write_failure, next_message
@@ -83,23 +82,9 @@ class Session:
         max_turns: int,
         retry: RetryPolicy,
         /,
-        *,
-        mcp: Mapping[str, McpServer] | None = None,
-        approval_rules: Mapping[str, str] | None = None,
-        recorded_tools: Sequence[ToolDefinition] = (),
     ) -> None:
         """Internal: use ``create`` or ``resume``."""
-        self._mcp: McpEnvironment | None = None
-        self._mcp_servers = dict(mcp or {})
-        if self._mcp_servers:
-            environment, self._mcp = with_mcp(
-                environment, self._mcp_servers, workspace=workspace, recorded=recorded_tools
-            )
-        # Rules the servers declare, then the explicit ones (which win on the same key).
-        self._rules: dict[str, ApprovalRule] = {
-            **mcp_rules(self._mcp_servers),
-            **check_rules(approval_rules or {}),
-        }
+        self._tools = environment if isinstance(environment, SessionTools) else None
         self._llm = llm
         self._env = environment
         self._root = root
@@ -158,27 +143,15 @@ class Session:
         approval_rules: Mapping[str, str] | None = None,
     ) -> Session:
         """A new session (R-SESSION-1): validates the workspace, allocates an id, writes nothing.
-
-        ``mcp`` adds the tools of MCP servers as ``NAME__tool`` (SPEC §26); ``approval_rules``
-        maps tool names or globs (``fs__*``) to ``allow``/``ask``/``deny`` (R-MCP-3)."""
+        ``mcp``: MCP servers' tools (§26); ``approval_rules``: allow/ask/deny by tool (R-MCP-3)."""
         data_root = root if isinstance(root, DataRoot) else DataRoot(root)
         ws = await anyio.to_thread.run_sync(check_workspace, workspace)
+        environment = session_tools(environment, ws, mcp=mcp, approval_rules=approval_rules)
         recorder = _new_recorder(
             llm, data_root, ws, system_prompt, project, agent, source=source, fsync=fsync
         )
         return cls(
-            llm,
-            environment,
-            data_root,
-            recorder,
-            project,
-            agent,
-            ws,
-            compaction,
-            max_turns,
-            retry,
-            mcp=mcp,
-            approval_rules=approval_rules,
+            llm, environment, data_root, recorder, project, agent, ws, compaction, max_turns, retry
         )
 
     @classmethod
@@ -205,9 +178,11 @@ class Session:
     ) -> Session:
         """A recorded session continued: its ``session_meta``, the ``writer`` holding the lock
         on its latest file, and the ``context``/``state`` folded from its trace (with the
-        closures resume wrote).  The records that follow go to ``writer``'s file.
-        ``recorded_tools`` (the last ``tool_list_ready``) keeps the tools of an MCP server that
-        cannot be reached: they fail when called, the session goes on (R-MCP-4)."""
+        closures resume wrote).  The records that follow go to ``writer``'s file.  With ``mcp``,
+        ``recorded_tools`` keeps the tools of a server that is gone (they fail, R-MCP-4)."""
+        environment = session_tools(
+            environment, workspace, mcp=mcp, approval_rules=approval_rules, recorded=recorded_tools
+        )
         session_id = _meta_payload(meta).session_id
         recorder = Recorder(
             session_id=session_id,
@@ -229,9 +204,6 @@ class Session:
             compaction,
             max_turns,
             retry,
-            mcp=mcp,
-            approval_rules=approval_rules,
-            recorded_tools=recorded_tools,
         )
 
     # ------------------------------------------------------------------ context manager
@@ -244,12 +216,8 @@ class Session:
         self._tg = await self._tg_cm.__aenter__()
         if isinstance(self._env, BindsScratchpad):
             self._env.bind_scratchpad(self.scratchpad)
-        if self._mcp is not None:
-            try:
-                await self._mcp.__aenter__()
-            except BaseException as exc:
-                await self._tg_cm.__aexit__(type(exc), exc, exc.__traceback__)
-                raise
+        if self._tools is not None:  # its MCP connections are tasks of the session's scope
+            await _entered(self._tools.open(), self._tg_cm)
         return self
 
     async def __aexit__(
@@ -270,10 +238,8 @@ class Session:
         finally:
             try:
                 try:
-                    if self._mcp is not None:
-                        # Its connections are tasks inside the session's scope: closed first
-                        # (its task group is exited here, in the task that entered it).
-                        await self._mcp.__aexit__(None, None, None)
+                    if self._tools is not None:  # closed first, in the task that opened them
+                        await self._tools.close()
                 finally:
                     result = await self._tg_cm.__aexit__(exc_type, exc, tb)
             finally:
@@ -323,16 +289,6 @@ class Session:
         return self._root.ensure_dir(self.scratchpad)
 
     @property
-    def mcp_servers(self) -> dict[str, McpServer]:
-        """The MCP servers whose tools this session offers (SPEC §26)."""
-        return dict(self._mcp_servers)
-
-    @property
-    def approval_rules(self) -> dict[str, ApprovalRule]:
-        """The approval rules in force, MCP servers' included (R-MCP-3)."""
-        return dict(self._rules)
-
-    @property
     def running(self) -> bool:
         return self._active is not None
 
@@ -379,7 +335,7 @@ class Session:
         self._check_idle()
         goal_run = GoalRun.prepare(self, messages, goal) if goal is not None else None
         self._busy = True
-        approve = apply_rules(self._rules, approve)
+        approve = self._tools.approve(approve) if self._tools is not None else approve
         run, recv, forget = _new_run(signal, approve, thinking_level, observer)
         self._active = run
         assert self._tg is not None
@@ -490,41 +446,48 @@ class Session:
     ) -> str | None:
         """Manual compaction between runs (R-COMPACT-26).  Returns the ``compaction_end``
         status, or ``None`` when the context is not compactable (nothing is written)."""
-        self._check_idle()
-        if self.compactability() != "ok":
-            return None
-        self._busy = True
-        run, recv, forget = _new_run(signal, None, None)
-        run.consumer_gone = True
-        recv.close()
-        status: list[str] = []
-        assert self._tg is not None
-
-        async def manual() -> None:
-            status.append(await self._compactor.manual(run, on_message))
-
-        # The compaction runs in the session's task group, as a run's driver does, so that a
-        # cancelled caller ends it exactly like an abort (R-COMPACT-26, R-COMPACT-18).
-        self._compacting = run
-        self._tg.start_soon(functools.partial(self._drive, run, manual(), store_error=True))
-        try:
-            await run.done.wait()
-        except BaseException:
-            run.signal.abort()
-            with anyio.CancelScope(shield=True):
-                await run.done.wait()
-            raise
-        finally:
-            forget()
-        if run.error is not None:
-            raise run.error
-        return status[0] if status else "aborted"
+        return await _manual_compaction(self, signal, on_message)
 
     # ------------------------------------------------------------------ titles
 
     async def generate_title(self) -> str | None:
         """One out-of-band request for a short title (R-TITLE-1…4); never recorded."""
         return await generate_title(self, self._llm, self._title.user, self._title.assistant)
+
+
+async def _manual_compaction(
+    session: Session, signal: AbortSignal | None, on_message: Callable[[OmniMessage], None] | None
+) -> str | None:
+    """``Session.compact``'s body (kept out of the class, which stays under 400 lines)."""
+    session._check_idle()
+    if session.compactability() != "ok":
+        return None
+    session._busy = True
+    run, recv, forget = _new_run(signal, None, None)
+    run.consumer_gone = True
+    recv.close()
+    status: list[str] = []
+    assert session._tg is not None
+
+    async def manual() -> None:
+        status.append(await session._compactor.manual(run, on_message))
+
+    # The compaction runs in the session's task group, as a run's driver does, so that a
+    # cancelled caller ends it exactly like an abort (R-COMPACT-26, R-COMPACT-18).
+    session._compacting = run
+    session._tg.start_soon(functools.partial(session._drive, run, manual(), store_error=True))
+    try:
+        await run.done.wait()
+    except BaseException:
+        run.signal.abort()
+        with anyio.CancelScope(shield=True):
+            await run.done.wait()
+        raise
+    finally:
+        forget()
+    if run.error is not None:
+        raise run.error
+    return status[0] if status else "aborted"
 
 
 def _new_run(
@@ -576,3 +539,13 @@ def _meta_payload(meta: OmniMessage) -> SessionMetaPayload:
     payload = meta.payload
     assert isinstance(payload, SessionMetaPayload)
     return payload
+
+
+async def _entered(step: Coroutine[Any, Any, None], tg_cm: Any) -> None:
+    """``step`` (opening the session's tools); if it fails, the session's task group is left
+    before the error is raised."""
+    try:
+        await step
+    except BaseException as exc:
+        await tg_cm.__aexit__(type(exc), exc, exc.__traceback__)
+        raise

@@ -51,6 +51,7 @@ COMMANDS: Final[dict[str, str]] = {
     "export": ".commands.export:export",
     "import": ".commands.import_:import_",
     "config": ".commands.config:config_app",
+    "mcp": ".commands.mcp:mcp_app",
 }
 
 

@@ -1,7 +1,8 @@
 """The user's settings file ``<home>/config.toml``.
 
 Owns: reading it (stdlib ``tomllib``), checking its keys and values, and writing it back as one
-flat ``[defaults]`` table of strings.  Does not: hold secrets — an API key is never stored, only
+flat ``[defaults]`` table of strings followed by the ``[mcp.servers.NAME]`` tables (MCP servers,
+checked by ``penguin._mcp_config``).  Does not: hold secrets — an API key is never stored, only
 the name of the environment variable that holds it (``api_key_env``).
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from eventstore import write_private
 
@@ -42,6 +43,8 @@ class Config:
 
     path: Path
     values: dict[str, str] = field(default_factory=dict)
+    # ``[mcp.servers.NAME]`` tables, checked for shape; ``${VAR}`` is expanded when used.
+    mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def get(self, key: str) -> str | None:
         return self.values.get(key)
@@ -66,13 +69,22 @@ def load_config(home: Path) -> Config:
     except tomllib.TOMLDecodeError as exc:
         raise CliError(f"{shown}: not valid TOML: {exc}") from None
     table = data.get(_TABLE, {})
-    if not isinstance(table, dict) or set(data) - {_TABLE}:
-        raise CliError(f"{shown}: expected only a [{_TABLE}] table of settings")
+    if not isinstance(table, dict) or set(data) - {_TABLE, "mcp"}:
+        raise CliError(f"{shown}: expected only a [{_TABLE}] table of settings and [mcp.servers.*]")
+    mcp = data.get("mcp", {})
+    if not isinstance(mcp, dict) or set(mcp) - {"servers"}:
+        raise CliError(f"{shown}: the [mcp] table holds only [mcp.servers.NAME] tables")
+    from penguin._mcp_config import McpConfigError, check_servers
+
+    try:
+        servers = check_servers(mcp.get("servers", {}), where=shown)
+    except McpConfigError as exc:
+        raise CliError(str(exc)) from None
     values: dict[str, str] = {}
     for key, value in table.items():
         check_setting(key, value, where=shown)
         values[key] = value
-    return Config(path, values)
+    return Config(path, values, servers)
 
 
 def check_setting(key: str, value: object, *, where: str = "config") -> None:
@@ -110,4 +122,8 @@ def save_config(config: Config) -> None:
     lines = [f"[{_TABLE}]"]
     lines += [f"{key} = {_quote(config.values[key])}" for key in sorted(config.values)]
     text = "\n".join(lines) + "\n"
+    if config.mcp_servers:
+        from penguin._mcp_config import dump_servers
+
+        text += dump_servers(config.mcp_servers)
     write_private(config.path, text.encode("utf-8"), sync=True)

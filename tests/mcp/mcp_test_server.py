@@ -77,7 +77,9 @@ def broken(reason: str) -> str:
     raise ToolError(f"broken on purpose: {reason}")
 
 
-@server.tool(description="Sleeps; leaves 'started', and 'cancelled' when cancelled, in MCP_TEST_DIR.")
+@server.tool(
+    description="Sleeps; leaves 'started', and 'cancelled' when cancelled, in MCP_TEST_DIR."
+)
 async def slow(seconds: float) -> str:
     (EVIDENCE / "started").write_text("started")
     try:

@@ -30,7 +30,9 @@ def test_r_mcp_2_text_image_resources_and_links_become_the_output() -> None:
             ),
             t.EmbeddedResource(
                 type="resource",
-                resource=t.BlobResourceContents(uri="file:///c.gif", blob=PNG, mime_type="image/gif"),
+                resource=t.BlobResourceContents(
+                    uri="file:///c.gif", blob=PNG, mime_type="image/gif"
+                ),
             ),
             t.ResourceLink(type="resource_link", uri="file:///d.md", name="d"),
         ]
@@ -57,7 +59,9 @@ def test_r_mcp_2_structured_content_is_shown_only_without_other_content() -> Non
 
 
 def test_r_mcp_3_exact_names_beat_globs_and_longer_globs_beat_shorter() -> None:
-    rules = check_rules({"*": "ask", "fs__*": "allow", "fs__write*": "deny", "fs__write_log": "ask"})
+    rules = check_rules(
+        {"*": "ask", "fs__*": "allow", "fs__write*": "deny", "fs__write_log": "ask"}
+    )
     assert rule_for(rules, "fs__read") == "allow"
     assert rule_for(rules, "fs__write_file") == "deny"
     assert rule_for(rules, "fs__write_log") == "ask"
