@@ -202,6 +202,7 @@ def build_server(root: DataRoot) -> MCPServer:
 
     server = MCPServer(
         "penguin-traces",
+        log_level="WARNING",  # the SDK logs every request at INFO on stderr otherwise
         instructions=(
             "Read-only tools over the recorded agent sessions of one penguin data root: list and "
             "search sessions, read a transcript, see the exact request sent at a record, validate "
@@ -233,16 +234,11 @@ def _sql(root: DataRoot, query: str) -> dict[str, Any]:
     from replay.analytics import AnalyticsError, open_fleet
 
     try:
-        fleet = open_fleet(home=root.home)
+        # read_only: no file, setting or table can be touched; only reading statements run.
+        fleet = open_fleet(home=root.home, read_only=True)
     except AnalyticsError as exc:
         raise ValueError(str(exc)) from None
     with fleet:
-        con = fleet.connection
-        # Read-only: the views are built; nothing may now reach a file (COPY, ATTACH, ...) and
-        # the setting cannot be changed back.
-        fleet.sql("SELECT count(*) FROM requests")  # computes and keeps the fold first
-        con.execute("SET enable_external_access = false")
-        con.execute("SET lock_configuration = true")
         try:
             result = fleet.sql(query)
         except AnalyticsError as exc:
