@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_PORT",
+    "server_token",
     "TOOL_NAMES",
     "TraceTools",
     "build_server",
@@ -252,6 +253,14 @@ def _sql(root: DataRoot, query: str) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- transports
+
+
+def server_token(root: DataRoot, explicit: str | None) -> str:
+    """The token of ``penguin serve`` (``--token``, ``$PENGUIN_SERVER_TOKEN``, else
+    ``<home>/server-token``, made on first use): one secret for both servers."""
+    from penguin.server._auth import load_token
+
+    return load_token(root, explicit)
 
 
 async def serve_stdio(root: DataRoot) -> None:

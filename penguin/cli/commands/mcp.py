@@ -82,9 +82,7 @@ def serve(
             return
         secret: str | None = None
         if not no_auth:
-            from penguin.server._auth import load_token
-
-            secret = load_token(root, token)
+            secret = _mcp_serve.server_token(root, token)
 
         def ready(url: str) -> None:
             auth = "no token (--no-auth)" if secret is None else "Authorization: Bearer <token>"
