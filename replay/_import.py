@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+import msgspec
+
 from eventstore import DataRoot, SessionMetaPayload, create_private, scan_trace, validate_id
 
 from ._validate import Finding, validate_session
@@ -57,6 +59,24 @@ def _first(path: Path, shown: Path) -> tuple[str, str]:
     return sid, first_ts
 
 
+def _rename_session(path: Path, new_id: str) -> None:
+    """Rewrite the first ``session_meta`` line of ``path`` to name ``new_id``."""
+    lines = path.read_bytes().split(b"\n")
+    for n, raw in enumerate(lines):
+        if b"session_meta" not in raw:
+            continue
+        try:
+            obj = msgspec.json.decode(raw.strip())
+        except msgspec.DecodeError:
+            continue
+        payload = obj.get("payload") if isinstance(obj, dict) else None
+        if obj.get("type") == "session_meta" and isinstance(payload, dict):
+            payload["session_id"] = new_id
+            lines[n] = msgspec.json.encode(obj)
+            path.write_bytes(b"\n".join(lines))
+            return
+
+
 def _date_dir(timestamp: str, path: Path) -> str:
     try:
         when = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
@@ -83,6 +103,7 @@ def import_trace(
     *,
     project: str | None = None,
     agent: str | None = None,
+    new_id: bool = False,
 ) -> ImportResult:
     """Import one trace as a new session of ``root`` (SPEC R-TOOL-5).
 
@@ -91,6 +112,10 @@ def import_trace(
     that is not filename-safe or a trace without a ``session_meta``, ``FileExistsError`` when
     the session already exists in the root, and ``ImportRefused`` (a ``ValueError``) when the
     validator finds errors.
+
+    ``new_id``: the session gets a new id (its ``session_meta`` rewritten to it, every other
+    byte kept), so a copy of a session the root holds (a repaired one) can be imported beside
+    it.
     """
     shown = Path("<upload>") if isinstance(file, bytes) else Path(file)
     data_root = root if isinstance(root, DataRoot) else DataRoot(root)
@@ -101,6 +126,9 @@ def import_trace(
         else:
             shutil.copyfile(file, raw)
         sid, first_ts = _first(raw, shown)
+        if new_id:
+            sid = data_root.new_session_id()
+            _rename_session(raw, sid)
         validate_id(sid, what="session id in session_meta")
         if _exists(data_root, sid):
             raise FileExistsError(f"session {sid} already exists under {data_root.home}")

@@ -138,6 +138,18 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("penguin-engine")
+        except PackageNotFoundError:  # a source tree that was never installed
+            number = "unknown"
+        typer.echo(f"penguin {number}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _main(
     ctx: typer.Context,
@@ -172,6 +184,15 @@ def _main(
         typer.Option(
             "--init",
             help="Create the data root if it does not exist (on a terminal you are asked).",
+        ),
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the version and exit.",
+            is_eager=True,
+            callback=_print_version,
         ),
     ] = False,
 ) -> None:

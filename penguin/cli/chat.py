@@ -186,6 +186,7 @@ class Chat:
         max_turns: int,
         history: Path | None,
         list_sessions: Callable[[], list[str]],
+        thinking: str | None = None,
     ) -> None:
         self.session = session
         self.llm = llm
@@ -193,6 +194,7 @@ class Chat:
         self.max_turns = max_turns
         self.history = history
         self._list_sessions = list_sessions
+        self.thinking = thinking
         self.fork_requested = False
         self._shown: dict[str, anyio.Event] = {}
         self.status = _Status()
@@ -293,7 +295,13 @@ class Chat:
         self.status.waiting_since = time.monotonic()
         prompt = None if message is None else [user_text(message)]
         try:
-            stream = self.session.run(prompt, approve=self.approve, signal=cancel, goal=goal)
+            stream = self.session.run(
+                prompt,
+                approve=self.approve,
+                signal=cancel,
+                goal=goal,
+                thinking_level=self.thinking,
+            )
             async for msg in stream:
                 self._watch(msg)
                 if view is not None and view.take(msg):

@@ -28,10 +28,13 @@ CONFIG_KEYS: Final[dict[str, str]] = {
     "base_url": "API base URL (e.g. a local OpenAI-compatible server)",
     "api_key_env": "name of the environment variable holding the API key",
     "approve": "tool approval when not given on the command line: ask, allow-all or deny-all",
+    "thinking": "thinking level when not given on the command line: none, minimal, low, medium "
+    "or high",
 }
 _CHOICES: Final[dict[str, tuple[str, ...]]] = {
     "provider": ("openai", "anthropic"),
     "approve": ("ask", "allow-all", "deny-all"),
+    "thinking": ("none", "minimal", "low", "medium", "high"),
 }
 # Names that look like a secret: refused with a pointer to api_key_env.
 _SECRET_HINTS: Final = ("api_key", "apikey", "key", "token", "secret", "password")

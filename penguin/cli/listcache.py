@@ -21,7 +21,7 @@ from eventstore import write_private
 __all__ = ["Cached", "ListCache", "file_keys"]
 
 _DIR: Final = ".cache"
-_NAME: Final = "sessions-v1.json"
+_NAME: Final = "sessions-v2.json"  # v2: ``active`` is the last record's time
 
 FileKey = tuple[str, int, int]
 
@@ -44,6 +44,7 @@ class Cached(msgspec.Struct, frozen=True):
     diagnostics: list[tuple[str, int, str, str]]
     latest: str
     error: str | None = None
+    active: float | None = None  # the last record's time (epoch seconds)
 
 
 class _File(msgspec.Struct):

@@ -10,6 +10,8 @@ ordering by last activity, and resolving a unique id prefix.  Does not: print (`
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, Final
 from eventstore import (
     DataRoot,
     Diagnostic,
+    RequestBeginPayload,
     SessionInfo,
     SessionMetaPayload,
     SubagentPayload,
@@ -27,6 +30,7 @@ from eventstore import (
     probe_lock,
     scan_trace,
 )
+from projections import markers as mk
 
 from .diagnose import wrong_type
 from .listcache import Cached, FileKey, ListCache, file_keys
@@ -37,6 +41,9 @@ if TYPE_CHECKING:
 __all__ = ["SessionRow", "writer_holds", "list_sessions", "summarize"]
 
 _PROMPT_CHARS: Final = 200
+_TAIL_BYTES: Final = 1 << 20
+# The record's own timestamp: the first key as every writer puts it (R-MSG-1).
+_TIMESTAMP: Final = re.compile(rb'^\s*\{\s*"timestamp"\s*:\s*"([^"\\]{1,64})"')
 
 
 @dataclass(slots=True)
@@ -52,6 +59,7 @@ class SessionRow:
     records: int = 0
     turns: int = 0
     first_prompt: str | None = None
+    max_turns: bool = False  # the last task ended at its turn limit
     workspace: str | None = None
     last_request_status: str | None = None
     task_running: bool = False
@@ -107,6 +115,11 @@ def _fold_file(row: SessionRow, state: SessionState, path: Path, *, last: bool) 
                 row.children.append(p.session_id)
             elif row.first_prompt is None and isinstance(p, TextPayload) and p.role == "user":
                 row.first_prompt = p.text[:_PROMPT_CHARS]
+            if isinstance(p, TextPayload) and p.role == "assistant":
+                # The last task ended at --max-turns when its last word is the notice.
+                row.max_turns = mk.parse_max_turns_notice(p.text) is not None
+            elif isinstance(p, RequestBeginPayload):
+                row.max_turns = False
         state.apply(record)
     residue = "session_meta" not in kinds or ((file_index(path) or 1) > 1 and "other" not in kinds)
     if last and residue:
@@ -137,8 +150,56 @@ def summarize(info: SessionInfo, active: float | None = None) -> SessionRow:
     row.open = state.open_request or state.open_compaction is not None or state.task_running
     if state.last_request_status is not None:
         row.status = str(state.last_request_status)
+    if row.max_turns and row.status == "completed":
+        row.status = "max_turns"  # its last request completed; its task did not (R-SET-5)
+    objective = state.goal.objective
+    if objective is not None and (row.first_prompt or "").startswith("[goal]\nround: "):
+        # A goal session's first input is its round block: the objective is its title.
+        row.first_prompt = objective[:_PROMPT_CHARS]
     _open_status(row)
     return row
+
+
+def last_record_time(path: Path) -> float | None:
+    """The time of the last complete record of ``path`` (epoch seconds), read from the end of
+    the file; None when there is no such record or its timestamp is not ISO 8601."""
+    from datetime import UTC, datetime
+
+    lines: list[bytes] = []
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            for span in (4096, 65536, _TAIL_BYTES):
+                start = max(0, size - span)
+                f.seek(start)
+                lines = f.read(span).split(b"\n")[:-1]  # the unterminated end is no record
+                if start > 0 and lines:
+                    lines = lines[1:]  # cut mid-line
+                lines = [line for line in lines if line.strip()]
+                if lines or start == 0:
+                    break
+    except OSError:
+        return None
+    for line in reversed(lines):
+        match = _TIMESTAMP.search(line)
+        if match is None:
+            continue
+        try:
+            when = datetime.fromisoformat(match.group(1).decode("ascii"))
+        except (ValueError, UnicodeDecodeError):
+            return None
+        return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+    return None
+
+
+def last_activity(files: list[Path], keys: list[FileKey] | None) -> float:
+    """When the session was last active: its last record's time, else (no readable time) the
+    latest file's modification time."""
+    for path in reversed(files[-2:]):  # the latest may be crash residue without a record
+        found = last_record_time(path)
+        if found is not None:
+            return found
+    return keys[-1][2] / 1e9 if keys else 0.0
 
 
 def _open_status(row: SessionRow) -> None:
@@ -164,13 +225,14 @@ def _to_cached(row: SessionRow, keys: list[FileKey]) -> Cached:
         diagnostics=[(str(d.path), d.line, d.kind, d.detail) for d in row.diagnostics],
         latest=str(row.latest),
         error=row.error,
+        active=row.active,
     )
 
 
 def _from_cached(info: SessionInfo, c: Cached) -> SessionRow:
     row = SessionRow(
         info=info,
-        active=c.files[-1][2] / 1e9,
+        active=c.active if c.active is not None else c.files[-1][2] / 1e9,
         latest=next((f for f in reversed(info.files) if str(f) == c.latest), info.files[-1]),
         status=c.last_request_status or "new" if c.open else c.status,
         records=c.records,
@@ -198,27 +260,35 @@ def list_sessions(
     top_level: bool = False,
     save: bool = False,
 ) -> list[SessionRow]:
-    """Sessions by last activity (the latest file's modification time), newest first.
+    """Sessions by last activity (the time of the last record, issue 30: a copied or
+    imported file's modification time says nothing), newest first.
 
-    Only the ``limit`` most recently active are read; with ``top_level`` subagent children
-    are left out (they are then read to tell, so ``limit`` counts top-level sessions).  Only
-    with ``save`` (``penguin sessions``) is the summary cache written back."""
+    Only the ``limit`` most recently active are read whole (the others' last line only); with
+    ``top_level`` subagent children are left out (they are then read to tell, so ``limit``
+    counts top-level sessions).  Only with ``save`` (``penguin sessions``) is the summary cache
+    written back."""
     infos = root.sessions(project=project, agent=agent)
-    keyed = [(file_keys(i.files), i) for i in infos]
-    by_activity = sorted(
-        keyed, key=lambda t: (t[0][-1][2] if t[0] else 0, t[1].session_id), reverse=True
-    )
     cache = ListCache(root.home)
+    found: list[tuple[float, str, list[FileKey] | None, Cached | None, SessionInfo]] = []
+    for info in infos:
+        keys = file_keys(info.files)
+        name = f"{info.project}/{info.agent}/{info.session_id}"
+        hit = cache.get(name, keys) if keys is not None else None
+        if hit is not None and hit.active is not None:
+            active = hit.active
+        else:
+            active = last_activity(info.files, keys)
+        found.append((active, info.session_id, keys, hit, info))
+    found.sort(key=lambda t: (t[0], t[1]), reverse=True)
     rows: list[SessionRow] = []
-    for keys, info in by_activity:
+    for active, _sid, keys, hit, info in found:
         if limit is not None and len(rows) >= limit:
             break
         name = f"{info.project}/{info.agent}/{info.session_id}"
-        hit = cache.get(name, keys) if keys is not None else None
         if hit is not None:
             row = _from_cached(info, hit)
         else:
-            row = summarize(info, keys[-1][2] / 1e9 if keys else 0.0)
+            row = summarize(info, active)
             if keys is not None and row.error is None:
                 cache.put(name, _to_cached(row, keys))
         if top_level and row.is_child:

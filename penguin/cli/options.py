@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Final
 
 import typer
 
@@ -29,6 +29,9 @@ __all__ = [
     "ScriptOpt",
     "SessionOrPathArg",
     "SubagentsOpt",
+    "THINKING_LEVELS",
+    "ThinkingOpt",
+    "checked_thinking",
 ]
 
 
@@ -146,6 +149,35 @@ ModeOpt = Annotated[
         "--compaction-mode", help="How to compact [default: summarize].", show_default=False
     ),
 ]
+THINKING_LEVELS: Final = ("none", "minimal", "low", "medium", "high")
+ThinkingOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--thinking",
+        help="How much the model thinks before it answers: none, minimal, low, medium or high "
+        "(OpenAI-compatible: reasoning_effort; Anthropic: a thinking budget) [default: "
+        "config.toml's `thinking`, else the provider's].",
+        show_default=False,
+        metavar="LEVEL",
+    ),
+]
+
+
+def checked_thinking(level: str | None, *, where: str = "--thinking") -> str | None:
+    """``level`` when it is one of ``THINKING_LEVELS`` (``off`` reads as ``none``)."""
+    if level is None:
+        return None
+    value = level.strip().lower()
+    value = "none" if value == "off" else value
+    if value not in THINKING_LEVELS:
+        from .errors import CliError
+
+        raise CliError(
+            f"{where}: unknown thinking level {level!r} (choose {', '.join(THINKING_LEVELS)})"
+        )
+    return value
+
+
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout instead of text.")]
 SubagentsOpt = Annotated[
     bool,

@@ -25,6 +25,8 @@ from penguin.cli.options import (
     MaxTurnsOpt,
     ModelOpt,
     ScriptOpt,
+    ThinkingOpt,
+    checked_thinking,
 )
 from penguin.cli.terminal.safe import safe
 
@@ -65,6 +67,7 @@ def chat(
     ] = None,
     approve: ApproveOpt = None,
     max_turns: MaxTurnsOpt = None,
+    thinking: ThinkingOpt = None,
 ) -> None:
     """Chat with the agent: `penguin` with no command opens this on a new session.
 
@@ -86,6 +89,7 @@ def chat(
             workspace=workspace,
             approve=approve.value if approve else None,
             max_turns=max_turns,
+            thinking=checked_thinking(thinking),
         )
 
 
@@ -97,12 +101,13 @@ def open_chat(
     workspace: Path | None = None,
     approve: str | None = None,
     max_turns: int | None = None,
+    thinking: str | None = None,
 ) -> None:
     import anyio
 
     from penguin.cli.targets import resolve_session_id
     from penguin.cli.tasks.model import build_llm, check_same_model, choose_approve, choose_model
-    from penguin.cli.tasks.task import checked_turns, checked_workspace
+    from penguin.cli.tasks.task import checked_turns, checked_workspace, thinking_level
 
     from .resume import load
 
@@ -134,7 +139,8 @@ def open_chat(
             choice, model_llm, recorded=recorded, session_id=sid, allow=opts.change_model
         )
     mode = choose_approve(approve, scripted=choice.script is not None, config=config)
-    anyio.run(_chat, g, root, session_id and sid, model_llm, ws, mode, turns)
+    level = thinking_level(thinking, config)
+    anyio.run(_chat, g, root, session_id and sid, model_llm, ws, mode, turns, level)
 
 
 async def _chat(
@@ -145,6 +151,7 @@ async def _chat(
     ws: Path,
     mode: str,
     turns: int,
+    thinking: str | None,
 ) -> None:
     """Open the session, chat; after ``/fork``, fork it and go on chatting in the fork."""
     from rich.text import Text
@@ -166,6 +173,7 @@ async def _chat(
                     max_turns=turns,
                     history=history,
                     list_sessions=lambda: _recent(g, root),
+                    thinking=thinking,
                 )
                 await chat.run()
             if not chat.fork_requested:

@@ -29,13 +29,22 @@ def import_(
         Path,
         typer.Argument(help="A trace file (.jsonl) to add to the data root.", show_default=False),
     ],
+    new_id: Annotated[
+        bool,
+        typer.Option(
+            "--new-id",
+            help="Import under a new session id (e.g. a repaired copy of a session this root "
+            "holds); the file's session_meta is rewritten to it.",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Add a trace file from elsewhere as a session of the data root.
 
     The file is validated (errors refuse it, exit 1, with the findings); its session id must be
-    filename-safe and new to the root.  It becomes file _001 of that session, in the date
-    directory of its first timestamp; `penguin resume` then continues it.
+    filename-safe and new to the root (--new-id gives it a new one).  It becomes file _001 of
+    that session, in the date directory of its first timestamp; `penguin resume` then
+    continues it.
     """
     from rich.text import Text
 
@@ -46,7 +55,11 @@ def import_(
         if not file.is_file():
             raise CliError(f"{safe(str(file), keep_newlines=False)}: no such file")
         try:
-            result = import_trace(file, g.root(), project=g.project, agent=g.agent)
+            result = import_trace(file, g.root(), project=g.project, agent=g.agent, new_id=new_id)
+        except FileExistsError as exc:
+            raise CliError(
+                f"{exc}; import it beside that one with --new-id (e.g. a repaired copy)"
+            ) from None
         except ImportRefused as exc:
             if as_json:
                 write_json({"imported": False, "findings": [str(f) for f in exc.findings]})

@@ -29,6 +29,7 @@ from penguin.cli.options import (
     ModeOpt,
     ScriptOpt,
     SubagentsOpt,
+    ThinkingOpt,
 )
 from penguin.cli.tasks.goal import (
     BudgetOpt,
@@ -142,6 +143,7 @@ def resume(
     subagents: SubagentsOpt = False,
     goal_continue: GoalContinueOpt = False,
     budget: BudgetOpt = None,
+    thinking: ThinkingOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Continue a session, or show where it stands.  Without -m: the state rebuilt from the trace (turns, tokens, context, carry-over); no lock,
@@ -175,6 +177,7 @@ def resume(
             subagents=subagents,
             as_json=as_json,
             goal=goal_opts,
+            thinking=thinking,
         )
         _continue(g, loaded, message, opts)
 
@@ -191,6 +194,7 @@ def _continue(g: Globals, loaded: Loaded, message: str | None, opts: TaskOptions
         checked_workspace,
         finish_task,
         run_task,
+        thinking_level,
     )
     from replay import resume_session
 
@@ -250,6 +254,7 @@ def _continue(g: Globals, loaded: Loaded, message: str | None, opts: TaskOptions
             max_turns=turns,
             host=host,
             goal=opts.goal,
+            thinking=thinking_level(opts.thinking, config),
         )
 
     finish_task(anyio.run(go), as_json=opts.as_json)

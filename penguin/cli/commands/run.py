@@ -26,6 +26,8 @@ from penguin.cli.options import (
     ModeOpt,
     ScriptOpt,
     SubagentsOpt,
+    ThinkingOpt,
+    checked_thinking,
 )
 from penguin.cli.tasks.goal import BudgetOpt, GoalOpt, goal_options
 
@@ -73,6 +75,7 @@ def run(
     subagents: SubagentsOpt = False,
     goal: GoalOpt = False,
     budget: BudgetOpt = None,
+    thinking: ThinkingOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Start a new session and run one task, streaming what happens.
@@ -109,6 +112,7 @@ def run(
             subagents=subagents,
             as_json=as_json,
             goal=goal_options(goal=goal, budget=budget, message=message),
+            thinking=checked_thinking(thinking),
         )
         _start(globals_of(ctx), message, opts, system_prompt=system_prompt)
 
@@ -126,6 +130,7 @@ def _start(g: Globals, message: str, opts: TaskOptions, *, system_prompt: str | 
         checked_workspace,
         finish_task,
         run_task,
+        thinking_level,
     )
 
     text = checked_message(message)
@@ -172,6 +177,7 @@ def _start(g: Globals, message: str, opts: TaskOptions, *, system_prompt: str | 
             max_turns=turns,
             host=host,
             goal=opts.goal,
+            thinking=thinking_level(opts.thinking, config),
         )
 
     finish_task(anyio.run(go), as_json=opts.as_json)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["relative_time", "sessions"]
 
 _WIDTH: Final = 80
+DEFAULT_SHOWN: Final = 20
 _STATUS_STYLE: Final = {
     "completed": "green",
     "running": "cyan",
@@ -140,7 +141,10 @@ def sessions(
     limit: Annotated[
         int | None,
         typer.Option(
-            "-n", "--limit", help="Show the N most recently active sessions.", show_default=False
+            "-n",
+            "--limit",
+            help="Show the N most recently active sessions [default: 20; --json: all].",
+            show_default=False,
         ),
     ] = None,
     cwd: Annotated[
@@ -168,7 +172,10 @@ def sessions(
         if cwd:
             here = str(Path.cwd().resolve())
             rows = [r for r in rows if r.workspace is not None and _same(r.workspace, here)]
-        nested = _nest(rows, limit)
+        # The latest DEFAULT_SHOWN on a screen (5,000 rows help nobody); --json lists all.
+        shown = limit if limit is not None else None if as_json else DEFAULT_SHOWN
+        nested = _nest(rows, shown)
+        hidden = sum(1 for r in rows if r.parent is None) - sum(1 for d, _r in nested if d == 0)
         for _depth, row in nested:
             if row.diagnostics:
                 report(err_console(), row.diagnostics)
@@ -181,6 +188,8 @@ def sessions(
             sys.stdout.write(f"no sessions{where} under {safe(str(root.home))}\n")
             return
         _render(out_console(), nested)
+        if hidden > 0:
+            sys.stdout.write(f"{hidden} more (use -n)\n")
 
 
 def _same(workspace: str, here: str) -> bool:

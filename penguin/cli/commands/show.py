@@ -53,6 +53,14 @@ def show(
             )
             return
         console = out_console()
-        if not console.is_terminal:
-            console.width = 100  # Markdown fills its width: keep piped text readable
-        render_transcript(console, entries)
+        if console.is_terminal:
+            render_transcript(console, entries)
+            return
+        # Piped: Markdown fills its width (100 keeps it readable) and pads every line with
+        # spaces to it; a file or a pager wants the text without them.
+        console.width = 100
+        with console.capture() as captured:
+            render_transcript(console, entries)
+        text = "\n".join(line.rstrip() for line in captured.get().split("\n"))
+        console.file.write(text)
+        console.file.flush()

@@ -6,6 +6,7 @@ Does not: check anything itself (``replay.validate_session``).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,8 +33,9 @@ _PROGRESS_BYTES: Final = 32 * 2**20
 
 @contextmanager
 def progress(total: int, description: str, *, enabled: bool) -> Iterator[Callable[[int], None]]:
-    """A progress bar on stderr (never on stdout, so ``--json`` stays clean)."""
-    if not enabled or total <= 0:
+    """A progress bar on stderr (never on stdout, so ``--json`` stays clean), and only when
+    stderr is a terminal: in a pipe or a log it is noise (issue 30 item 2)."""
+    if not enabled or total <= 0 or not sys.stderr.isatty():
         yield lambda _n: None
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

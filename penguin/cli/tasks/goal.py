@@ -147,6 +147,12 @@ class GoalView:
         return False
 
     @property
+    def tokens_used(self) -> int:
+        """The goal's token count (R-GOAL-5): the outcome's, else as counted so far."""
+        done = self._rounds.finished
+        return done.tokens_used if done is not None else self._rounds.tokens
+
+    @property
     def complete(self) -> bool:
         done = self._rounds.finished
         return done is not None and done.outcome == "complete"

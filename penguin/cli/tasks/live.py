@@ -14,7 +14,8 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -49,6 +50,7 @@ from eventstore import (
     encode,
 )
 from penguin.cli.errors import CliError
+from penguin.cli.terminal.console import quiet_stdout
 from penguin.cli.terminal.safe import preview, safe, safe_json_bytes
 from penguin.cli.views.render import StreamRenderer, short_id
 
@@ -384,6 +386,23 @@ class _Countdown:
         self._clear()
 
 
+class _Reader:
+    """Whoever reads stdout.  When they stop (``run --json | head -1``) the run is not theirs
+    to end: it goes on to its end unshown and the session stays intact (issue 30 item 2);
+    stdout then points at /dev/null so later writes cannot fail."""
+
+    def __init__(self) -> None:
+        self.gone = False
+
+    @contextmanager
+    def gone_is_fine(self) -> Iterator[None]:
+        try:
+            yield
+        except BrokenPipeError:
+            self.gone = True
+            quiet_stdout()
+
+
 @dataclass(slots=True)
 class RunOutcome:
     aborted: bool
@@ -428,6 +447,7 @@ async def drive(
     on_message: Callable[[OmniMessage], None] | None = None,
     goal: GoalOptions | None = None,
     intercept: Callable[[OmniMessage], bool] | None = None,
+    thinking: str | None = None,
 ) -> RunOutcome:
     """Run one task on an entered ``session``, rendering or printing JSON lines as it streams."""
     cancel = AbortSignal()
@@ -439,17 +459,24 @@ async def drive(
     async with anyio.create_task_group() as tg:
         await tg.start(_interrupts, cancel, err)
         countdown = _Countdown(err, tg)
-        async for msg in session.run(prompt, approve=approve_fn, signal=cancel, goal=goal):
+        stream = session.run(
+            prompt, approve=approve_fn, signal=cancel, goal=goal, thinking_level=thinking
+        )
+        reader = _Reader()
+        async for msg in stream:
             countdown.stop()
             count += 1
             p = msg.payload
-            if intercept is not None and intercept(msg) and not as_json:
-                pass  # shown by the interceptor (a goal round's input)
-            elif as_json:
-                sys.stdout.write(safe_json_bytes(encode(msg)).decode("utf-8") + "\n")
-                sys.stdout.flush()
-            else:
-                renderer.feed(msg)
+            with reader.gone_is_fine():
+                if intercept is not None and intercept(msg) and not as_json:
+                    pass  # shown by the interceptor (a goal round's input)
+                elif reader.gone:
+                    pass  # nobody reads stdout any more: the run goes on to its end
+                elif as_json:
+                    sys.stdout.write(safe_json_bytes(encode(msg)).decode("utf-8") + "\n")
+                    sys.stdout.flush()
+                else:
+                    renderer.feed(msg)
             if note is not None:
                 note(msg)
             if on_message is not None:
@@ -465,5 +492,6 @@ async def drive(
                 countdown.start(p.retry_in_ms)
         countdown.stop()
         tg.cancel_scope.cancel()
-    renderer.close()
+    with reader.gone_is_fine():
+        renderer.close()
     return RunOutcome(aborted=aborted, messages=count)

@@ -148,6 +148,23 @@ def check_same_model(
     )
 
 
+_told_keyless: set[str] = set()
+
+
+def _note_keyless(base_url: str, env_name: str) -> None:
+    """Say once per endpoint that its requests carry no key (issue 30 item 9): a server that
+    needs one would otherwise answer 401 with no hint why."""
+    if base_url in _told_keyless:
+        return
+    _told_keyless.add(base_url)
+    from penguin.cli.terminal.console import warn
+
+    warn(
+        f"no API key for {base_url}: requests are sent without an Authorization header "
+        f"(set ${env_name}, or name another variable with --api-key-env, if the server needs one)"
+    )
+
+
 def build_llm(choice: ModelChoice) -> LLM:
     """The ``LLM`` of ``choice``; a missing key or script file is an input error."""
     if choice.script is not None:
@@ -169,6 +186,8 @@ def build_llm(choice: ModelChoice) -> LLM:
             f"set ${env_name} to your API key (or name another variable with --api-key-env "
             "or `penguin config set api_key_env NAME`)"
         )
+    if key is None:
+        _note_keyless(choice.base_url or "", env_name)
     try:
         if choice.provider == "openai":
             from engine.llm import OpenAICompatible

@@ -30,8 +30,10 @@ from eventstore import (
     ToolCallPayload,
 )
 from eventstore.builders import user_text
+from penguin.cli.config import Config
 from penguin.cli.errors import CliError
 from penguin.cli.globalopts import workspace_dir
+from penguin.cli.options import checked_thinking
 from penguin.cli.terminal.console import err_console, out_console, write_json
 from penguin.cli.terminal.safe import safe
 from penguin.cli.views.inspect import token_words
@@ -84,6 +86,7 @@ class TaskOptions:
     subagents: bool
     as_json: bool
     goal: GoalOptions | None = None
+    thinking: str | None = None
 
 
 def task_options(
@@ -96,6 +99,7 @@ def task_options(
     subagents: bool,
     as_json: bool,
     goal: GoalOptions | None = None,
+    thinking: str | None = None,
 ) -> TaskOptions:
     """``TaskOptions`` from the command line's values (enums as given by typer)."""
     context, turns, mode = compaction
@@ -112,7 +116,14 @@ def task_options(
         subagents=subagents,
         as_json=as_json,
         goal=goal,
+        thinking=checked_thinking(thinking),
     )
+
+
+def thinking_level(flag: str | None, config: Config) -> str | None:
+    """The run's thinking level: ``--thinking``, else config.toml's ``thinking``, else None
+    (the provider's default)."""
+    return flag if flag is not None else config.get("thinking")
 
 
 @dataclass(slots=True)
@@ -130,6 +141,7 @@ class TaskResult:
     cached_tokens: int = 0
     output_tokens: int = 0
     elapsed_s: float = 0.0
+    goal_tokens: int | None = None  # a goal run's count (R-GOAL-5), the one it reports
 
     def count(self, msg: OmniMessage, max_turns: int) -> None:
         if msg.origin is not None:
@@ -162,9 +174,16 @@ class TaskResult:
             "output": self.output_tokens,
             "total": self.input_tokens + self.output_tokens,
         }
+        if self.goal_tokens is not None:
+            # One number per goal run: the one its round and outcome lines count (R-GOAL-5),
+            # not a second total that also counts the cached input.
+            used = f"{self.goal_tokens} tokens used (input {tokens['cache_write']} uncached, "
+            used += f"{self.cached_tokens} cached and not counted, output {self.output_tokens})"
+        else:
+            used = f"tokens: {token_words(tokens)}"
         return (
             f"{ended}: {self.turns} turn(s), {self.tool_calls} tool call(s), "
-            f"tokens: {token_words(tokens)}; {self.elapsed_s:.1f} s"
+            f"{used}; {self.elapsed_s:.1f} s"
         )
 
 
@@ -179,6 +198,7 @@ async def run_task(
     host: Subagents | None = None,
     out: Console | None = None,
     goal: GoalOptions | None = None,
+    thinking: str | None = None,
 ) -> TaskResult:
     """Run one task on ``session`` (created or resumed, not yet entered) with the live
     rendering; close the model afterwards.  ``message`` None continues a goal."""
@@ -213,9 +233,12 @@ async def run_task(
                     on_message=lambda msg: result.count(msg, max_turns),
                     goal=goal,
                     intercept=view.take if view is not None else None,
+                    thinking=thinking,
                 )
                 result.trace = session.trace_path
                 result.goal_incomplete = view is not None and not view.complete
+                if view is not None:
+                    result.goal_tokens = view.tokens_used
     finally:
         result.elapsed_s = time.monotonic() - started
         await close_llm(llm)
@@ -232,6 +255,16 @@ def finish_task(result: TaskResult, *, as_json: bool) -> None:
     console.print(Text(f"trace:   {safe(str(result.trace), keep_newlines=False)}"), soft_wrap=True)
     if result.goal_incomplete:
         console.print(Text(f"{GOAL_NOT_COMPLETE} (exit 1)", style="yellow"))
+        if result.aborted:
+            # An interrupted goal continues where it stopped (R-GOAL-7): say how (issue 30).
+            console.print(
+                Text(
+                    "the goal was interrupted; continue it with: penguin resume "
+                    f"{safe(result.session_id, keep_newlines=False)} --goal-continue",
+                    style="yellow",
+                ),
+                soft_wrap=True,
+            )
     elif result.aborted:
         console.print(Text("the run ended with an abort (exit 1)", style="yellow"))
     elif result.max_turns_reached:
