@@ -30,7 +30,6 @@ from eventstore import (
     probe_lock,
     scan_trace,
 )
-from projections import markers as mk
 
 from .diagnose import wrong_type
 from .listcache import Cached, FileKey, ListCache, file_keys
@@ -117,7 +116,7 @@ def _fold_file(row: SessionRow, state: SessionState, path: Path, *, last: bool) 
                 row.first_prompt = p.text[:_PROMPT_CHARS]
             if isinstance(p, TextPayload) and p.role == "assistant":
                 # The last task ended at --max-turns when its last word is the notice.
-                row.max_turns = mk.parse_max_turns_notice(p.text) is not None
+                row.max_turns = p.stop_reason == "failed" and _is_max_turns(p.text)
             elif isinstance(p, RequestBeginPayload):
                 row.max_turns = False
         state.apply(record)
@@ -126,6 +125,12 @@ def _fold_file(row: SessionRow, state: SessionState, path: Path, *, last: bool) 
         row.diagnostics.append(
             Diagnostic(path, 1, "empty_file", "crash residue (R-ROOT-10): ignored")
         )
+
+
+def _is_max_turns(text: str) -> bool:
+    from projections import markers as mk  # here: a listing from the cache needs none of it
+
+    return mk.parse_max_turns_notice(text) is not None
 
 
 def summarize(info: SessionInfo, active: float | None = None) -> SessionRow:

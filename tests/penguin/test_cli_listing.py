@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import os
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from clikit import (
     DATE,
@@ -39,7 +41,12 @@ def make_session(
 ) -> str:
     sid = sid_of(n)
     path = trace_file(home, sid=sid)
-    write_records(path, [meta(sid, **meta_fields), b.user_text(prompt), *turn(f"answer {n}")])
+    # Active at ``active``: its records are stamped then (the listing reads the last one's
+    # time, issue 30) and so is the file.
+    stamp = datetime.fromtimestamp(active, UTC).isoformat(timespec="milliseconds")
+    records = [meta(sid, **meta_fields), b.user_text(prompt), *turn(f"answer {n}")]
+    stamped = [msgspec.structs.replace(r, timestamp=stamp.replace("+00:00", "Z")) for r in records]
+    write_records(path, stamped)
     os.utime(path, (active, active))
     return sid
 

@@ -158,8 +158,7 @@ def resume(
 
     with errors_to_exit_codes():
         g = globals_of(ctx)
-        sid = resolve_session_id(g, session_id)
-        loaded = load(g, sid)
+        loaded = load(g, sid := resolve_session_id(g, session_id))
         report(err_console(), loaded.diagnostics)
         goal_opts = goal_options(goal=False, budget=budget, resume=goal_continue)
         check_goal_continue(sid, loaded.state.goal, message=message, goal_opts=goal_opts)
