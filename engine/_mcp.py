@@ -450,20 +450,25 @@ class McpEnvironment:
 
     @contextlib.contextmanager
     def server_log(self, server: McpServer) -> Any:
-        """Where a stdio server's stderr goes: ``<scratchpad>/mcp-<name>.log`` (0600), so it
-        neither garbles a terminal nor is lost; the null device without a scratchpad."""
+        """Where a stdio server's stderr goes: ``<scratchpad>/mcp-logs/<name>-<n>.log`` (0600,
+        one file per start of the server), so it neither garbles a terminal nor is lost; the
+        null device without a scratchpad."""
         name = next((n for n, c in self._conns.items() if c.server is server), "server")
         if self._scratchpad is None:
             with open(os.devnull, "w") as sink:
                 yield sink
             return
-        from eventstore import make_private_dirs
+        from eventstore import create_private
 
-        make_private_dirs(self._scratchpad)
-        path = self._scratchpad / f"mcp-{name}.log"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "a", encoding="utf-8") as sink:
-            yield sink
+        for n in range(1, 10_000):
+            try:
+                log = create_private(self._scratchpad / "mcp-logs" / f"{name}-{n}.log")
+            except FileExistsError:
+                continue
+            with log:
+                yield log
+            return
+        raise FileExistsError(f"no free log name for MCP server {name!r}")
 
     async def list_tools(self) -> list[ToolDefinition]:
         listed: dict[str, list[Any] | None] = {}

@@ -144,6 +144,8 @@ async def test_r_mcp_1_2_stdio_tools_results_and_errors(env: Env) -> None:
     assert out["c_env"].output == "set"
     # R-SET-4: the env value reached the server and no trace holds it.
     assert secret.encode() not in trace_bytes(env)
+    # The server's stderr went to the session's scratchpad, not to the terminal.
+    assert (session.scratchpad / "mcp-logs" / "t-1.log").is_file()
     assert final_text(msgs) == "done"
 
 
