@@ -13,10 +13,10 @@ which the parent trace never records (R-SUB-2) until ``goal_finished`` carries t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 import anyio
 import yaml
@@ -29,10 +29,12 @@ from projections import markers as mk
 from ._images import fold_images
 
 if TYPE_CHECKING:
-    from ._run import Run
-    from ._session import Session
+    from projections import SessionState
 
-__all__ = ["GOAL_FILE_NAME", "GOAL_MAX_ROUNDS", "GoalOptions", "GoalRun", "goal_yaml"]
+    from ._recorder import RecordListener
+    from ._run import Run
+
+__all__ = ["GOAL_FILE_NAME", "GOAL_MAX_ROUNDS", "GoalHost", "GoalOptions", "GoalRun", "goal_yaml"]
 
 GOAL_FILE_NAME: Final = "GOAL.yaml"
 GOAL_MAX_ROUNDS: Final = 100
@@ -109,12 +111,43 @@ def read_status(path: Path) -> Status:
     return "blocked"
 
 
+class GoalHost(Protocol):
+    """What a goal run needs of its session, and all it touches: the session's state and
+    scratchpad, a private write, a record listener, and running a task or emitting a record in
+    the run (``Session`` hands ``GoalRun`` one of these, never itself)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def state(self) -> SessionState: ...
+
+    @property
+    def scratchpad(self) -> Path: ...
+
+    def scratchpad_dir(self) -> Path:
+        """The scratchpad, created on demand (0700)."""
+        ...
+
+    def write_private(self, path: Path, data: bytes) -> Path: ...
+
+    def add_record_listener(self, listener: RecordListener) -> Callable[[], None]: ...
+
+    async def task(self, run: Run, prompt: list[OmniMessage]) -> None:
+        """One ordinary Task of the session in ``run``."""
+        ...
+
+    def emit(self, run: Run, msg: OmniMessage) -> None:
+        """Record ``msg`` and push it to the run's stream."""
+        ...
+
+
 class GoalRun:
     """One goal run of a session: built by ``prepare`` before anything is written, then
     ``drive``-n in the run's driver task."""
 
     def __init__(
-        self, session: Session, *, objective: str, budget: int | None, resume: bool
+        self, session: GoalHost, *, objective: str, budget: int | None, resume: bool
     ) -> None:
         self._session = session
         self._objective = objective
@@ -127,7 +160,7 @@ class GoalRun:
 
     @classmethod
     def prepare(
-        cls, session: Session, messages: Sequence[OmniMessage] | None, options: GoalOptions
+        cls, session: GoalHost, messages: Sequence[OmniMessage] | None, options: GoalOptions
     ) -> GoalRun:
         """Validate the input (R-GOAL-1, R-GOAL-7); raises ``ValueError`` / ``TypeError``."""
         if not isinstance(options, GoalOptions):
@@ -154,7 +187,7 @@ class GoalRun:
         if not any(isinstance(m.payload, TextPayload) and m.payload.text.strip() for m in given):
             raise ValueError("a goal needs an objective: the input has no text")
         # Folded whatever the model's vision: the objective is re-sent as text every round.
-        folded = fold_images(given, session._scratchpad_dir())
+        folded = fold_images(given, session.scratchpad_dir())
         objective = "\n\n".join(
             m.payload.text for m in folded if isinstance(m.payload, TextPayload)
         ).strip()
@@ -168,7 +201,7 @@ class GoalRun:
         run.tap = self._tap
         if not self._resume:
             data = self._yaml.encode("utf-8")
-            await anyio.to_thread.run_sync(session._root.write_private, self._path, data)
+            await anyio.to_thread.run_sync(session.write_private, self._path, data)
         while True:
             if run.signal.aborted:
                 # Aborted between rounds: no round is started for it (its input would linger
@@ -198,7 +231,7 @@ class GoalRun:
 
         forget = self._session.add_record_listener(on_record)
         try:
-            await self._session._task(run, [prompt])
+            await self._session.task(run, [prompt])
         finally:
             forget()
 
@@ -224,4 +257,4 @@ class GoalRun:
             self._subagent_tokens += max(0, p.request.total - p.request.cache_read)
 
     def _finish(self, run: Run, outcome: GoalOutcome) -> None:
-        self._session._emit(run, b.goal_finished(outcome, self._rounds, self._used()))
+        self._session.emit(run, b.goal_finished(outcome, self._rounds, self._used()))

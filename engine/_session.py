@@ -71,6 +71,7 @@ class Session:
 
     def __init__(
         self,
+        *,
         llm: LLM,
         environment: Environment,
         root: DataRoot,
@@ -81,7 +82,6 @@ class Session:
         compaction: CompactionSettings | None,
         max_turns: int,
         retry: RetryPolicy,
-        /,
     ) -> None:
         """Internal: use ``create`` or ``resume``."""
         self._tools = environment if isinstance(environment, SessionTools) else None
@@ -151,7 +151,16 @@ class Session:
             llm, data_root, ws, system_prompt, project, agent, source=source, fsync=fsync
         )
         return cls(
-            llm, environment, data_root, recorder, project, agent, ws, compaction, max_turns, retry
+            llm=llm,
+            environment=environment,
+            root=data_root,
+            recorder=recorder,
+            project=project,
+            agent=agent,
+            workspace=ws,
+            compaction=compaction,
+            max_turns=max_turns,
+            retry=retry,
         )
 
     @classmethod
@@ -194,16 +203,16 @@ class Session:
             state=state,
         )
         return cls(
-            llm,
-            environment,
-            root,
-            recorder,
-            project,
-            agent,
-            workspace,
-            compaction,
-            max_turns,
-            retry,
+            llm=llm,
+            environment=environment,
+            root=root,
+            recorder=recorder,
+            project=project,
+            agent=agent,
+            workspace=workspace,
+            compaction=compaction,
+            max_turns=max_turns,
+            retry=retry,
         )
 
     # ------------------------------------------------------------------ context manager
@@ -333,7 +342,7 @@ class Session:
         ``goal``: a goal's rounds, each an ordinary task (SPEC §18).  ``observer(msg)`` sees each
         message as emitted (before it is yielded); must not block; if it raises, run() does too."""
         self._check_idle()
-        goal_run = GoalRun.prepare(self, messages, goal) if goal is not None else None
+        goal_run = GoalRun.prepare(_GoalSeams(self), messages, goal) if goal is not None else None
         self._busy = True
         approve = self._tools.approve(approve) if self._tools is not None else approve
         run, recv, forget = _new_run(signal, approve, thinking_level, observer)
@@ -452,7 +461,46 @@ class Session:
 
     async def generate_title(self) -> str | None:
         """One out-of-band request for a short title (R-TITLE-1…4); never recorded."""
-        return await generate_title(self, self._llm, self._title.user, self._title.assistant)
+        title, usage = await generate_title(self._llm, self._title.user, self._title.assistant)
+        if usage is not None:
+            self.title_usage = usage
+        return title
+
+
+class _GoalSeams:
+    """A session as a ``GoalHost``: the few things a goal run may do with it."""
+
+    __slots__ = ("_session",)
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    @property
+    def id(self) -> str:
+        return self._session.id
+
+    @property
+    def state(self) -> SessionState:
+        return self._session.state
+
+    @property
+    def scratchpad(self) -> Path:
+        return self._session.scratchpad
+
+    def scratchpad_dir(self) -> Path:
+        return self._session._scratchpad_dir()
+
+    def write_private(self, path: Path, data: bytes) -> Path:
+        return self._session._root.write_private(path, data)
+
+    def add_record_listener(self, listener: RecordListener) -> Callable[[], None]:
+        return self._session.add_record_listener(listener)
+
+    async def task(self, run: Run, prompt: list[OmniMessage]) -> None:
+        await self._session._task(run, prompt)
+
+    def emit(self, run: Run, msg: OmniMessage) -> None:
+        self._session._emit(run, msg)
 
 
 async def _manual_compaction(

@@ -9,17 +9,13 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from typing import TYPE_CHECKING
 
-from eventstore import OmniMessage, TextPayload, TokenUsagePayload
+from eventstore import OmniMessage, TextPayload, TokenCounts, TokenUsagePayload
 from eventstore.builders import user_text
 from projections import markers as mk
 
 from ._protocols import LLM, LLMOutcome, LLMRequest
 from ._signal import AbortSignal
-
-if TYPE_CHECKING:
-    from ._session import Session
 
 __all__ = ["TitleCapture", "generate_title", "sanitize_title"]
 
@@ -88,11 +84,13 @@ def sanitize_title(raw: str) -> str:
 
 
 async def generate_title(
-    session: Session, llm: LLM, user: list[str], assistant: list[str]
-) -> str | None:
+    llm: LLM, user: list[str], assistant: list[str]
+) -> tuple[str | None, TokenCounts | None]:
+    """The title (``None`` when there is no user text or the request failed) and the request's
+    token usage (``None`` when it reported none)."""
     user_material = _material(user, _USER_LIMIT)
     if not user_material:
-        return None
+        return None, None
     prompt = mk.title_prompt(user_material, _material(assistant, _ASSISTANT_LIMIT))
     request = LLMRequest(
         system_prompt="",
@@ -103,6 +101,7 @@ async def generate_title(
         signal=AbortSignal(),
     )
     texts: list[str] = []
+    usage: TokenCounts | None = None
     outcome: LLMOutcome | None = None
     try:
         async with aclosing(_agen(llm, request)) as stream:
@@ -114,13 +113,13 @@ async def generate_title(
                 if isinstance(p, TextPayload) and p.role == "assistant" and not item.is_partial:
                     texts.append(p.text)
                 elif isinstance(p, TokenUsagePayload):
-                    session.title_usage = p.request
+                    usage = p.request
     except Exception:
-        return None
+        return None, usage
     if outcome is None or outcome.status != "completed":
-        return None
+        return None, usage
     title = sanitize_title("".join(texts))
-    return title or None
+    return title or None, usage
 
 
 async def _agen(llm: LLM, request: LLMRequest) -> AsyncGenerator[OmniMessage | LLMOutcome, None]:

@@ -1,6 +1,10 @@
-"""Code-size limits (issue 14): no class in ``engine/``, ``replay/`` or ``penguin/`` longer than
-400 lines, no function longer than 80.  Counted with ``ast`` from the first decorator to the
-last line; there are no exceptions."""
+"""Code-size backstops (issue 14, relaxed by issue 28): no class in ``engine/``, ``replay/`` or
+``penguin/`` longer than 600 lines, no function longer than 120.  Counted with ``ast`` from the
+first decorator to the last line; there are no exceptions.
+
+These are backstops against runaway growth, not targets: code is split by concept, and a
+class or function is as long as its one job needs.  (At 400/80 the limit was being met by
+squeezing: ``Session`` at exactly 400 lines, a dozen functions at 70-79.)"""
 
 from __future__ import annotations
 
@@ -9,8 +13,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("engine", "replay", "penguin")
-MAX_CLASS = 400
-MAX_FUNCTION = 80
+MAX_CLASS = 600
+MAX_FUNCTION = 120
 
 
 def _spans(tree: ast.AST, prefix: str = "") -> list[tuple[str, str, int]]:
@@ -44,7 +48,7 @@ def _over(kind: str, lines: int) -> bool:
     return lines > (MAX_CLASS if kind == "class" else MAX_FUNCTION)
 
 
-def test_no_class_over_400_lines_and_no_function_over_80() -> None:
+def test_no_class_over_600_lines_and_no_function_over_120() -> None:
     over = [
         f"{where} ({kind}, {lines} lines)"
         for where, (kind, lines) in measure().items()

@@ -1,10 +1,10 @@
-"""The application layer's entry points (API.md "Additions"): console script, ``python -m``,
-and the old ``replay._cli:main`` path kept for one release."""
+"""The application layer's entry points (API.md "Additions"): console script and ``python -m``."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from importlib import import_module
 
 import pytest
 
@@ -17,15 +17,7 @@ def test_python_dash_m_penguin_prints_help() -> None:
     assert "Usage: " in done.stdout and "penguin" in done.stdout
 
 
-def test_old_entry_point_forwards_with_a_deprecation_warning(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from replay import _cli
-
-    monkeypatch.setattr(sys, "argv", ["penguin", "--help"])
-    with (
-        pytest.warns(DeprecationWarning, match=r"penguin\.cli:main"),
-        pytest.raises(SystemExit) as exc,
-    ):
-        _cli.main()
-    assert exc.value.code == 0
+def test_the_old_entry_point_is_gone() -> None:
+    """Issue 28: ``replay._cli:main`` was kept for one release; the CLI is ``penguin.cli:main``."""
+    with pytest.raises(ModuleNotFoundError):
+        import_module("replay._cli")
