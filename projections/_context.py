@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from eventstore import (
     AbortPayload,
@@ -186,7 +186,9 @@ class ModelContext:
         self._snapshot_raw: list[OmniMessage] = []
         # R-CARRY-12: the goal text most recently folded (its id) while no later user input or
         # ``abort`` has ended its run; every other goal text in an input is carry-over.
-        self._fresh_goal: int | None = None
+        # Several goal texts can open one Prompt: all of it is the run's own input.
+        self._fresh_goals: set[int] = set()
+        self._prompt_open = False  # the last record was a user input (a Prompt being recorded)
         self._goal_seen = False
         # Compaction span.
         self._compaction: tuple[CompactionReason, CompactionMode] | None = None
@@ -206,6 +208,9 @@ class ModelContext:
         self._dropped: _Turn | None = None  # a dropped turn standing in front of pending
         self._attempt_of_call: dict[str, _Attempt] = {}
         self._view_cache: list[OmniMessage] | None = None
+        # Placeholders this fold synthesized, by identity: one that a compaction attempt put
+        # back into pending stays behind the real outputs (R-CARRY-3), never sorted among them.
+        self._synthesized: dict[int, OmniMessage] = {}
 
     # ------------------------------------------------------------------ construction
 
@@ -368,11 +373,14 @@ class ModelContext:
         handler = _HANDLERS.get(kind)
         if handler is not None:
             handler(self, record, p)
+        if handler is not _ON_USER_INPUT:
+            self._prompt_open = False
 
     # ------------------------------------------------------------------ model messages
 
     def _on_user_input(self, record: OmniMessage, p: Any) -> None:
         if p.role != "user":
+            self._prompt_open = False
             # ``_on_assistant``, inlined: every assistant text comes this way.
             if p.role == "assistant":
                 self._render.append(record)
@@ -384,9 +392,12 @@ class ModelContext:
         if self._closed:
             self._reopen()
         self._render.append(record)
-        self._fresh_goal = None
+        if not self._prompt_open:
+            # A user input after anything else starts a new Prompt: goal texts recorded before
+            # it belong to ended runs (R-CARRY-12); those of this Prompt stay its own.
+            self._fresh_goals = set()
         if type(p) is TextPayload and p.text.startswith("[goal]\n") and is_goal_text(p.text):
-            self._fresh_goal = id(record)
+            self._fresh_goals.add(id(record))
             self._goal_seen = True
         # ``_close_windows``, inlined: this runs for every user input.
         if self._window:
@@ -398,6 +409,7 @@ class ModelContext:
                 self._compaction_prompt = record
             self._compaction_inputs.append(record)
         self._pending.append(record)
+        self._prompt_open = True
 
     def _on_tool_output(self, record: OmniMessage, p: ToolCallOutputPayload) -> None:
         if p.role != "user":
@@ -436,7 +448,7 @@ class ModelContext:
 
     def _on_abort_record(self, record: OmniMessage, p: AbortPayload) -> None:
         self._render.append(record)
-        self._fresh_goal = None
+        self._fresh_goals = set()
         if self._in_request and self._span_abort is None:
             # R-RESUME-10: the span's calls belong to the run this abort ended, although they
             # commit only at the closure record that follows it (R-TRACE-15a).
@@ -445,7 +457,7 @@ class ModelContext:
 
     def _on_compaction_begin(self, record: OmniMessage, p: CompactionBeginPayload) -> None:
         self._close_windows()
-        self._fresh_goal = None
+        self._fresh_goals = set()
         self._compaction = (p.reason, p.mode)
         self._compaction_prompt = None
         self._compaction_committed = False
@@ -503,8 +515,8 @@ class ModelContext:
     def _downgrade_goals(self, snapshot: list[OmniMessage]) -> list[OmniMessage]:
         """R-RUN-5, R-COMPACT-28, R-CARRY-12: goal texts of ended runs in an input are sent
         downgraded; the run's own goal prompt (and a retry's copy of it, INV-14) is not."""
-        fresh = self._fresh_goal
-        return [m if id(m) == fresh else downgrade_goal_message(m) for m in snapshot]
+        fresh = self._fresh_goals
+        return [m if id(m) in fresh else downgrade_goal_message(m) for m in snapshot]
 
     def _commit(self) -> None:
         """R-RESUME-6: a completed request commits its input and its output."""
@@ -543,6 +555,10 @@ class ModelContext:
         self._snapshot_raw = []
         self._outputs = []
         self._span_abort = None
+        if self._synthesized:
+            # The committed placeholders are history now; keep those still in pending.
+            known = self._synthesized
+            self._synthesized = {id(m): m for m in self._pending if id(m) in known}
 
     def _drop_open_request(self, ts: str, status: StopReason = "aborted") -> None:
         """R-RESUME-7: a request that did not commit gives its input back."""
@@ -642,6 +658,7 @@ class ModelContext:
         self._compaction_prompt = None
 
     def _reset(self, *, keep_summary: bool) -> None:
+        self._synthesized = {}
         self._history = []
         self._pending = []
         self._render = []
@@ -653,7 +670,7 @@ class ModelContext:
         self._snapshot_raw = []
         self._outputs = []
         self._span_abort = None
-        self._fresh_goal = None
+        self._fresh_goals = set()
         self._compaction = None
         self._compaction_prompt = None
         self._compaction_inputs = []
@@ -742,7 +759,10 @@ class ModelContext:
                 outputs.append(msg)
             result.append(msg)
         if outputs:
-            outputs.sort(key=lambda m: order[m.payload.tool_call_id])  # type: ignore[union-attr]
+            synthesized = self._synthesized
+            outputs.sort(
+                key=lambda m: (id(m) in synthesized, order[m.payload.tool_call_id])  # type: ignore[union-attr]
+            )
             for slot, msg in zip(slots, outputs, strict=True):
                 result[slot] = msg
         missing = [cid for cid in unanswered if cid not in seen]
@@ -755,13 +775,16 @@ class ModelContext:
     def _placeholder(self, cid: str) -> OmniMessage:
         abort_ts = self._abort_explained.get(cid)
         if abort_ts is not None:
-            return tool_call_output(
+            msg = tool_call_output(
                 cid, PLACEHOLDER_ABORTED, stop_reason="aborted", timestamp=abort_ts
             )
-        call = self._unanswered[cid]
-        return tool_call_output(
-            cid, PLACEHOLDER_CRASH, stop_reason="aborted", timestamp=call.timestamp
-        )
+        else:
+            call = self._unanswered[cid]
+            msg = tool_call_output(
+                cid, PLACEHOLDER_CRASH, stop_reason="aborted", timestamp=call.timestamp
+            )
+        self._synthesized[id(msg)] = msg
+        return msg
 
 
 _HANDLERS: dict[type[Any], Callable[[ModelContext, OmniMessage, Any], None]] = {
@@ -780,6 +803,7 @@ _HANDLERS: dict[type[Any], Callable[[ModelContext, OmniMessage, Any], None]] = {
     CompactionEndPayload: ModelContext._on_compaction_end,
     ToolListReadyPayload: ModelContext._on_tool_list,
 }
+_ON_USER_INPUT: Final = ModelContext._on_user_input
 
 
 class CarryOver:

@@ -143,12 +143,17 @@ async def test_case1_goal_text_downgraded_at_next_run_after_pre_request_abort(en
     assert resumed[0].messages == live.messages
 
 
-async def test_case1_goal_text_downgraded_after_a_crash_cut_after_it(env: Env) -> None:
-    """R-RUN-5, R-CARRY-12: the last record is the goal round's prompt (a crash): the resumed
-    run sends it downgraded before its own prompt."""
+async def test_case1_goal_text_right_before_the_resumed_prompt_joins_its_prompt_group(
+    env: Env,
+) -> None:
+    """R-CLI-6, R-RUN-5, R-CARRY-12: the last record is a goal text (a crash before its run's
+    request).  The records cannot tell it from the first text of a two-text Prompt (the
+    ``goal-downgrade-midrun-compaction`` case of ``../shared/cases``, issue 31): the user texts
+    recorded before the same ``request_begin`` are one Prompt group, sent as written.  (Issue 13
+    had this downgraded; the shared case, the contract of issue 31, has the Prompt raw.)"""
     sid = craft(env, [b.user_text(GOAL)])
     requests = await first_request_after_resume(env, sid, "next")
-    assert [body(m) for m in requests[0].messages] == [GOAL_DOWN, "next"]
+    assert [body(m) for m in requests[0].messages] == [GOAL, "next"]
 
 
 async def test_case1_the_runs_own_goal_prompt_and_its_retry_stay_raw(env: Env) -> None:

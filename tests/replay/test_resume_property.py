@@ -391,17 +391,29 @@ def assert_no_orphan_abort(root: DataRoot) -> None:
 # --------------------------------------------------------------------------- request checks
 
 
-def check_first_request(request: LLMRequest, run: bool) -> None:
+def check_first_request(request: LLMRequest, run: bool, group: int = 0) -> None:
     """R-RUN-5, R-COMPACT-28, R-CARRY-12: the new input of a run's first request (its own
-    prompt, last, excepted) and of a manual compaction carries no goal text of an ended run."""
+    prompt, last, excepted) and of a manual compaction carries no goal text of an ended run.
+    ``group``: user texts the trace ends with (a crash before their run's request); a run's
+    prompt joins them in one Prompt group (R-CLI-6), sent as written (``../shared/cases``)."""
     assert_requests_paired([request])
     new = request.messages[len(request.messages) - request.new_messages :]
     if run:
-        new = new[:-1]
+        new = new[: -1 - group]
     for msg in new:
         p = msg.payload
         if isinstance(p, TextPayload) and p.role == "user":
             assert not mk.is_goal_text(p.text), f"goal text sent raw: {p.text!r}"
+
+
+def _trailing_user_texts(records: list[OmniMessage]) -> int:
+    n = 0
+    for record in reversed(records):
+        p = record.payload
+        if not (isinstance(p, TextPayload) and p.role == "user") or record.origin is not None:
+            break
+        n += 1
+    return n
 
 
 def check_retry(first: LLMRequest, retry: LLMRequest) -> None:
@@ -516,6 +528,7 @@ async def _resume_state(
     damaged: bool = False,
 ) -> None:
     """Resume one state, send the next operation (its first attempt fails once), check it."""
+    group = _trailing_user_texts(read_trace(DataRoot(home).trace_files(sid), report=False).records)
     turns = [[{"text": "half"}, {"fail": {"status": "timeout", "message": "t"}}]]
     turns += [[{"text": "fine"}]] * 6
     llm = Dispatching(turns, summary_script(["ok"] * 4))
@@ -557,7 +570,7 @@ async def _resume_state(
     requests = llm.requests
     assert_requests_paired(requests)
     if requests:
-        check_first_request(requests[0], op.kind != "compact")
+        check_first_request(requests[0], op.kind != "compact", group)
         if op.kind != "compact" and len(requests) > 1 and not is_compaction(requests[1]):
             check_retry(requests[0], requests[1])
     if rest is not None and rest.request is not None:
