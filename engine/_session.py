@@ -311,6 +311,13 @@ class Session:
         this way).  Returns a function that removes it.  A listener must not raise or block."""
         return self._rec.add_listener(listener)
 
+    def add_backoff_listener(self, listener: Callable[[int], None]) -> Callable[[], None]:
+        """Call ``listener(delay_ms)`` each time a reconnect backoff (of a turn or of a
+        compaction, R-RETRY-3, R-COMPACT-19) starts, in the waiting task, before it waits: a
+        host can show the countdown, a golden replay fires a recorded abort there (R-GOLD-2).
+        Returns a function that removes it.  A listener must not raise or block."""
+        return self._turns.add_backoff_listener(listener)
+
     def skip_reconnect_wait(self) -> bool:
         """End the backoff in progress as if its timer had elapsed (R-RETRY-12)."""
         return self._turns.skip_wait()

@@ -86,6 +86,7 @@ class TurnRunner:
         self._tools: list[ToolDefinition] | None = None
         self._on_text = on_assistant_text
         self._backoff_wake: anyio.Event | None = None
+        self._backoff_listeners: list[Callable[[int], None]] = []
 
     async def resolve_tools(self) -> list[ToolDefinition]:
         """R-RUN-9: the toolset, resolved once per Session object."""
@@ -157,12 +158,18 @@ class TurnRunner:
         self._backoff_wake = wake
         forget = run.signal.wake_on_abort(wake)
         try:
+            for listener in tuple(self._backoff_listeners):
+                listener(delay_ms)  # may fire the signal: the wait then ends at once
             with anyio.move_on_after(delay_ms / 1000):
                 await wake.wait()
         finally:
             forget()
             self._backoff_wake = None
         return run.signal.aborted
+
+    def add_backoff_listener(self, listener: Callable[[int], None]) -> Callable[[], None]:
+        self._backoff_listeners.append(listener)
+        return lambda: self._backoff_listeners.remove(listener)
 
     def skip_wait(self) -> bool:
         """End the backoff in progress as if its timer had elapsed (R-RETRY-12)."""

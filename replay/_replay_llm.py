@@ -352,6 +352,9 @@ class _Pacer:
         self._llm_mark = -1
         self._changed: anyio.Event | None = None
         self.stalls = 0
+        # Golden replays (R-GOLD-2): the recorded interleaving holds after an abort too, so
+        # the waits do not end when the signal fires (only the stall timeout ends them).
+        self.strict = False
 
     def _notify(self) -> None:
         if self._changed is not None:
@@ -369,7 +372,7 @@ class _Pacer:
 
     async def _wait(self, ready: Callable[[], bool], signal: AbortSignal) -> None:
         deadline = anyio.current_time() + self._timeout
-        while not ready() and not signal.aborted:
+        while not ready() and (self.strict or not signal.aborted):
             remaining = deadline - anyio.current_time()
             if remaining <= 0:
                 self.stalls += 1
@@ -473,6 +476,13 @@ class ReplayLLM:
         )
         self.requests: list[LLMRequest] = []
         self._pacer: _Pacer | None = None
+        self._cursor = 0  # the next response to give
+        # Called with a span's ``request_begin`` position once the partial output of its
+        # interrupted segment has streamed (a golden replay fires the user abort there).
+        self.on_cut: Callable[[int], None] | None = None
+        # Golden replays (R-GOLD-2): every recorded item and the recorded outcome are given
+        # whatever the signal says (the abort is fired at the recorded point instead).
+        self.strict = False
 
     def __repr__(self) -> str:
         return (
@@ -487,9 +497,16 @@ class ReplayLLM:
 
     def stream(self, request: LLMRequest) -> AsyncIterator[OmniMessage | LLMOutcome]:
         # Chosen at call time, as ScriptedLLM does, so concurrent callers keep call order.
-        index = len(self.requests)
+        index = self._cursor
+        self._cursor += 1
         self.requests.append(request)
         return self._respond(index, request.signal)
+
+    def rewind(self, position: int) -> None:
+        """Answer the next request with the first response whose span begins at or after
+        record ``position`` (a replay that stopped a session at a recorded crash and resumed
+        it there, R-GOLD-3)."""
+        self._cursor = sum(1 for _, span in self._spans if span.begin < position)
 
     async def _respond(
         self, index: int, signal: AbortSignal
@@ -504,10 +521,14 @@ class ReplayLLM:
         for position, record in span.items:
             if pacer is not None:
                 await pacer.before_llm(span_no, position, signal)
-            if signal.aborted:
+            if signal.aborted and not self.strict:
                 yield LLMOutcome("aborted")
                 return
-            for message in _response_messages(record):
+            messages = _response_messages(record)
+            cut = self.on_cut is not None and stop_reason_of(record) == "aborted"
+            for k, message in enumerate(messages):
+                if cut and k == len(messages) - 2 and self.on_cut is not None:
+                    self.on_cut(span.begin)  # after start and delta, before stop
                 yield message
             if pacer is not None:
                 pacer.llm_done(position)
@@ -552,8 +573,9 @@ def _approver(index: _TraceIndex) -> ApproveFn:
 class ReplayEnvironment:
     """Answers each tool call with the first ``tool_call_output`` recorded for its id (same
     output, images and stop_reason), else ``[no output]`` (R-REPLAY-5), streamed as
-    start / one delta / stop and the complete output.  ``list_tools()`` returns the tools of
-    the first recorded ``tool_list_ready``; ``approve`` is the matching approval callback.
+    start / one delta / stop and the complete output.  ``list_tools()`` returns ``tools``: those
+    of the first recorded ``tool_list_ready`` (a golden replay sets those of the session object
+    it replays); ``approve`` is the matching approval callback.
 
     Outputs of one request span are delivered in the recorded order.  Use
     ``ReplayEnvironment.from_llm(llm)`` to pace them against a ``ReplayLLM`` of the same trace
@@ -570,8 +592,13 @@ class ReplayEnvironment:
         self._pacer = _Pacer(index, paced_llm=llm is not None, stall_timeout=stall_timeout)
         if llm is not None:
             llm._pacer = self._pacer
-        self._names = frozenset(t.name for t in index.tools)
+        self.tools = list(index.tools)
         self.approve: ApproveFn = _approver(index)
+        self._stall_timeout = stall_timeout
+        # Golden replays (R-GOLD-2): the calls whose recorded output a user abort produced;
+        # each streams its output up to the abort note, waits for the signal, then closes.
+        self.held: frozenset[str] = frozenset()
+        self.strict = False
 
     @classmethod
     def from_llm(
@@ -588,10 +615,10 @@ class ReplayEnvironment:
         return self._pacer.stalls
 
     async def list_tools(self) -> list[ToolDefinition]:
-        return list(self._index.tools)
+        return list(self.tools)
 
     def tool_permission(self, name: str) -> Literal["r", "rw"] | None:
-        return "rw" if name in self._names else None
+        return "rw" if any(t.name == name for t in self.tools) else None
 
     async def aclose(self) -> None:
         return None
@@ -604,6 +631,12 @@ class ReplayEnvironment:
             raise TypeError(f"execute expects a tool_call message, got {type(p).__name__}")
         cid = p.tool_call_id
         try:
+            seg = SegmentWriter("tool_call_output", tool_call_id=cid)
+            started = False
+            if self.strict:
+                async for msg in self._until_aborted(cid, seg, signal):
+                    started = True
+                    yield msg
             await self._pacer.before_env(cid, signal)
             recorded = self._index.outputs.get(cid)
             output: str = mk.NO_OUTPUT
@@ -615,10 +648,29 @@ class ReplayEnvironment:
                 output, images, status = rp.output, rp.images, stop_reason_of(recorded.message)
             if signal.aborted and recorded is None:
                 output, status = mk.PLACEHOLDER_ABORTED, "aborted"
-            seg = SegmentWriter("tool_call_output", tool_call_id=cid)
+            if started:
+                yield seg.stop(status)[0]
+                yield b.tool_call_output(cid, output, stop_reason=status, images=images)
+                return
             yield seg.start()
             yield seg.delta(output, images=images)
             for msg in seg.stop(status):
                 yield msg
         finally:
             self._pacer.env_done(cid)
+
+    async def _until_aborted(
+        self, cid: str, seg: SegmentWriter, signal: AbortSignal
+    ) -> AsyncIterator[OmniMessage]:
+        """A held call streams its recorded output up to the abort note and waits for the
+        signal; a call the trace never answered (a crash) waits for it too."""
+        recorded = self._index.outputs.get(cid)
+        if cid in self.held and recorded is not None:
+            rp = recorded.message.payload
+            assert isinstance(rp, ToolCallOutputPayload)
+            yield seg.start()
+            yield seg.delta(rp.output.removesuffix(mk.PLACEHOLDER_ABORTED).rstrip("\n"))
+        elif recorded is not None:
+            return
+        with anyio.move_on_after(self._stall_timeout):
+            await signal.wait()

@@ -722,6 +722,65 @@ def test_replay_of_a_session_with_a_subagent_r_cli_6(tmp_path: Path) -> None:
     assert "the trace of subagent session-" in result.stderr
 
 
+def test_replay_partial_comparison_fails_unless_allowed_r_gold_5(tmp_path: Path) -> None:
+    """R-GOLD-5: a session whose last run cannot be reproduced (a disk that failed) exits 1
+    with "N of M runs compared: <why>"; --allow-partial makes it exit 0."""
+    from eventstore import encode_line, read_trace
+    from projections import markers as mk
+
+    corpus = Path(__file__).parents[2] / "fixtures" / "traces" / "plain"
+    (src,) = corpus.rglob("*.jsonl")
+    records = read_trace([src]).records
+    n = max(i for i, r in enumerate(records) if type(r.payload).__name__ == "RequestBeginPayload")
+    cut = [*records[:n], b.abort(mk.abort_trace_write_failed("disk full"))]
+    path = tmp_path / src.parent.name / src.name
+    path.parent.mkdir()
+    path.write_bytes(b"".join(encode_line(r) for r in cut))
+    result = invoke("replay", path)
+    assert result.exit_code == 1, result.output
+    assert "1 of 2 runs compared: run 2 contains a trace write failure" in result.stdout
+    allowed = invoke("replay", path, "--allow-partial")
+    assert allowed.exit_code == 0, allowed.output
+    data = json.loads(invoke("replay", path, "--json").stdout)
+    assert (data["matched"], data["passed"], data["runs_compared"]) == (True, False, 1)
+
+
+def test_replay_live_tools_r_gold_7(tmp_path: Path) -> None:
+    """R-GOLD-7: --live-tools runs the recorded session's tools for real in a scratch copy of
+    the workspace; a changed file is the divergence (exit 1), the workspace is left alone."""
+    from engine import LocalEnvironment, Session, allow_all
+    from engine.llm import ScriptedLLM
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "notes.txt").write_text("ship on friday\n")
+    script = {
+        "responses": [
+            [{"tool_call": {"name": "read_file", "arguments": {"path": "notes.txt"}}}],
+            [{"text": "Friday."}],
+        ]
+    }
+    home = tmp_path / "home"
+
+    async def record() -> str:
+        session = await Session.create(
+            llm=ScriptedLLM(script), environment=LocalEnvironment(ws), root=home, workspace=ws
+        )
+        async with session:
+            async for _ in session.run([b.user_text("deadline?")], approve=allow_all):
+                pass
+        return session.id
+
+    sid = anyio.run(record)
+    result = invoke("--home", home, "replay", sid, "--live-tools", ws)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("match (1 of 1 run(s) compared)")
+    (ws / "notes.txt").write_text("ship on monday\n")
+    result = invoke("--home", home, "replay", sid, "--live-tools", ws)
+    assert result.exit_code == 1, result.output
+    assert "read_file" in result.stdout and "monday" in result.stdout
+
+
 # --------------------------------------------------------------------------- stats (R-CLI-7)
 
 

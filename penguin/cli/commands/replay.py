@@ -69,15 +69,36 @@ def replay(
             "--compaction-mode", help="Compaction mode [default: as recorded].", show_default=False
         ),
     ] = None,
+    allow_partial: Annotated[
+        bool,
+        typer.Option(
+            "--allow-partial",
+            help="Exit 0 when what could be compared matched, although not every run could "
+            "be (R-GOLD-5).",
+        ),
+    ] = False,
+    live_tools: Annotated[
+        Path | None,
+        typer.Option(
+            "--live-tools",
+            help="Run the tools for real in a scratch copy of this workspace; the model is "
+            "still answered from the recording (R-GOLD-7).",
+            metavar="WORKSPACE",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Re-run a recorded session and compare the result with its trace.
 
     The session is replayed in a temporary data root with the recorded model answers, tool
     outputs and approvals; both record sequences (timestamps and session_meta left out) must
-    be equal.  Runs up to the first one with an abort or steering are compared.  Prints
-    `match` with the number of runs compared, or the first divergence; exit 1 on divergence.
-    Settings are read from the trace; the options override them.
+    be equal.  Every run is compared: steering is injected, user aborts are fired and crashes
+    are stopped and resumed where the trace shows them.  Prints `match`, or the first
+    divergence; exit 1 on a divergence, and when fewer runs than the session holds could be
+    compared ("N of M runs compared: <why>") unless --allow-partial.  Settings are read from
+    the trace; the options override them.  With --live-tools the tools run for real in a
+    scratch copy of WORKSPACE and a tool output that differs is the divergence.
     """
     with errors_to_exit_codes():
         from replay.golden import replay_trace  # heavy: only this command needs it
@@ -98,12 +119,13 @@ def replay(
             max_context_length=max_context_length,
             max_session_turns=max_session_turns,
             compaction_mode=compaction_mode.value if compaction_mode else None,
+            live_tools=live_tools,
         )
-        _print(result, as_json=as_json)
-        raise typer.Exit(0 if result.matched else 1)
+        _print(result, as_json=as_json, allow_partial=allow_partial)
+        raise typer.Exit(0 if result.passed(allow_partial=allow_partial) else 1)
 
 
-def _print(result: ReplayResult, *, as_json: bool) -> None:
+def _print(result: ReplayResult, *, as_json: bool, allow_partial: bool) -> None:
     from rich.text import Text
 
     runs, of = result.runs_compared, result.runs_total
@@ -112,6 +134,7 @@ def _print(result: ReplayResult, *, as_json: bool) -> None:
         write_json(
             {
                 "matched": result.matched,
+                "passed": result.passed(allow_partial=allow_partial),
                 "runs_compared": runs,
                 "runs_total": of,
                 "stopped": result.stopped,
@@ -121,8 +144,11 @@ def _print(result: ReplayResult, *, as_json: bool) -> None:
         )
         return
     out = out_console()
-    if result.matched:
+    if result.matched and result.complete:
         out.print(Text(f"match ({runs} of {of} run(s) compared)", style="green"))
+    elif result.matched:
+        style = "yellow" if allow_partial else "red"
+        out.print(Text(safe(result.partial_reason or ""), style=style), soft_wrap=True)
     else:
         where = f" at record {d.index}" if d is not None else ""
         out.print(Text(f"diverged{where} ({runs} of {of} run(s) compared):", style="red"))
