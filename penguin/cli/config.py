@@ -11,14 +11,17 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from eventstore import write_private
 
 from .errors import CliError
 from .terminal.safe import safe
 
-__all__ = ["CONFIG_KEYS", "Config", "config_path", "load_config", "save_config"]
+if TYPE_CHECKING:
+    from engine import McpServer
+
+__all__ = ["CONFIG_KEYS", "Config", "config_path", "load_config", "mcp_servers", "save_config"]
 
 CONFIG_NAME: Final = "config.toml"
 _TABLE: Final = "defaults"
@@ -88,6 +91,19 @@ def load_config(home: Path) -> Config:
         check_setting(key, value, where=shown)
         values[key] = value
     return Config(path, values, servers)
+
+
+def mcp_servers(config: Config) -> dict[str, McpServer]:
+    """The configured MCP servers (SPEC §26), ``${VAR}`` expanded from the environment; a bad
+    table or an unset variable is an input error naming the file."""
+    if not config.mcp_servers:
+        return {}
+    from penguin._mcp_config import McpConfigError, servers_from_tables
+
+    try:
+        return servers_from_tables(config.mcp_servers, where=safe(str(config.path)))
+    except McpConfigError as exc:
+        raise CliError(str(exc)) from None
 
 
 def check_setting(key: str, value: object, *, where: str = "config") -> None:

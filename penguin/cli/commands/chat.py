@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from penguin.cli.config import load_config
+from penguin.cli.config import load_config, mcp_servers
 from penguin.cli.errors import CliError, errors_to_exit_codes
 from penguin.cli.globalopts import Globals, globals_of
 from penguin.cli.options import (
@@ -202,6 +202,7 @@ async def _open(
     from replay import resume_session
 
     environment = environment_for(llm, ws)
+    servers = mcp_servers(load_config(root.home)) or None
     compaction = build_compaction(
         max_context_length=None, max_session_turns=None, compaction_mode=None
     )
@@ -216,6 +217,7 @@ async def _open(
             agent=g.agent or DEFAULT_AGENT,
             compaction=compaction,
             max_turns=turns,
+            mcp=servers,
         )
     location = root.locate(session_id, project=g.project, agent=g.agent)
     with quiet_reader():
@@ -229,6 +231,7 @@ async def _open(
             agent=location.agent,
             compaction=compaction,
             max_turns=turns,
+            mcp=servers,
         )
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from penguin.cli.config import load_config
+from penguin.cli.config import load_config, mcp_servers
 from penguin.cli.errors import CliError, errors_to_exit_codes
 from penguin.cli.globalopts import Globals, globals_of
 from penguin.cli.options import (
@@ -228,6 +228,7 @@ def _continue(g: Globals, loaded: Loaded, message: str | None, opts: TaskOptions
             max_turns=turns,
         )
     environment = environment_for(model_llm, ws, subagents=host.runner if host else None)
+    servers = mcp_servers(config)
     torn = [d for d in loaded.diagnostics if d.kind == "torn_tail" and d.path == loaded.latest]
 
     async def go() -> TaskResult:
@@ -242,6 +243,7 @@ def _continue(g: Globals, loaded: Loaded, message: str | None, opts: TaskOptions
                 agent=location.agent,
                 compaction=opts.compaction,
                 max_turns=turns,
+                mcp=servers or None,
             )
         _report_cut(torn)
         return await run_task(

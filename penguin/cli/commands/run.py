@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 
-from penguin.cli.config import load_config
+from penguin.cli.config import load_config, mcp_servers
 from penguin.cli.errors import errors_to_exit_codes
 from penguin.cli.globalopts import Globals, globals_of
 from penguin.cli.options import (
@@ -155,6 +155,7 @@ def _start(g: Globals, message: str, opts: TaskOptions, *, system_prompt: str | 
             max_turns=turns,
         )
     environment = environment_for(model_llm, ws, subagents=host.runner if host else None)
+    servers = mcp_servers(config)
 
     async def go() -> TaskResult:
         session = await Session.create(
@@ -167,6 +168,7 @@ def _start(g: Globals, message: str, opts: TaskOptions, *, system_prompt: str | 
             agent=agent,
             compaction=opts.compaction,
             max_turns=turns,
+            mcp=servers or None,
         )
         return await run_task(
             session,
