@@ -707,10 +707,7 @@ async def areplay_trace(
     (R-SUB-3); a divergence in a child names the child's file."""
     trace, near = parent_files(trace)
     located = load_located(trace)
-    children = [
-        (link, load_located(find_child_trace(link.session_id, near)))
-        for link in child_links(located)
-    ]
+    children = _load_children(located, near)
     meta = next(
         (
             loc.record.payload
@@ -747,7 +744,7 @@ async def areplay_trace(
     elif divergence is not None:
         divergence = _with_structure(divergence, [loc.record for loc in located[:stop]], actual)
     else:
-        divergence = _child_divergence(children, replayed)
+        divergence = _child_divergence(_flatten(children), replayed)
     return ReplayResult(
         matched=divergence is None,
         runs_compared=sum(1 for s in replayable if s.kind == "run"),
@@ -824,20 +821,83 @@ def _child_divergence(
     return None
 
 
+_MAX_DEPTH: Final = 16
+
+
+@dataclass(frozen=True)
+class _Child:
+    """A recorded child session: the call that ran it, its records, and its own children."""
+
+    link: ChildLink
+    recorded: list[Located]
+    children: list[_Child]
+
+
+def _first_prompt(recorded: list[Located]) -> str | None:
+    for loc in recorded:
+        p = loc.record.payload
+        if isinstance(p, TextPayload) and p.role == "user" and loc.record.origin is None:
+            return p.text
+    return None
+
+
+def _load_children(located: list[Located], near: Path | None, depth: int = 0) -> list[_Child]:
+    """The children of a session, each with its own (nested children too, R-SUB-3).  Children
+    that ran at once may have written their pointers in another order than their calls: each
+    is paired with the first waiting call whose prompt it received."""
+    links = child_links(located)
+    traces = [load_located(find_child_trace(link.session_id, near)) for link in links]
+    calls = [(link.call_id, link.prompt) for link in links]
+    taken: set[str] = set()
+    out: list[_Child] = []
+    for link, recorded in zip(links, traces, strict=True):
+        prompt = _first_prompt(recorded)
+        call_id, call_prompt = next(
+            ((c, pr) for c, pr in calls if c not in taken and pr == prompt),
+            (link.call_id, link.prompt),
+        )
+        taken.add(call_id)
+        nested = _load_children(recorded, near, depth + 1) if depth < _MAX_DEPTH else []
+        out.append(_Child(ChildLink(call_id, call_prompt, link.session_id), recorded, nested))
+    return out
+
+
+def _flatten(children: list[_Child]) -> list[tuple[ChildLink, list[Located]]]:
+    out: list[tuple[ChildLink, list[Located]]] = []
+    for child in children:
+        out.append((child.link, child.recorded))
+        out.extend(_flatten(child.children))
+    return out
+
+
 def _child_runners(
-    children: list[tuple[ChildLink, list[Located]]],
+    children: list[_Child],
     root: DataRoot,
     workspace: Path,
     *,
     stall_timeout: float,
     started: dict[str, str],
+    every: list[SessionSubagentRunner],
 ) -> dict[str, tuple[ChildLink, SessionSubagentRunner, Any]]:
     """One runner per recorded child, replaying it as its own session with its own recorded
-    answers and settings; ``started`` maps each recorded child id to its replayed id."""
+    answers, settings and children; ``started`` maps each recorded child id to its replayed
+    id, ``every`` collects the runners of all depths (to be opened around the parent)."""
     out: dict[str, tuple[ChildLink, SessionSubagentRunner, Any]] = {}
-    for link, recorded in children:
+    for child in children:
+        link, recorded = child.link, child.recorded
         child_llm = ReplayLLM([loc.record for loc in recorded], mode="all")
-        child_env = ReplayEnvironment.from_llm(child_llm, stall_timeout=stall_timeout)
+        replay_env = ReplayEnvironment.from_llm(child_llm, stall_timeout=stall_timeout)
+        nested = _child_runners(
+            child.children,
+            root,
+            workspace,
+            stall_timeout=stall_timeout,
+            started=started,
+            every=every,
+        )
+        child_env: Environment = (
+            SubagentReplayEnvironment(replay_env, nested) if nested else replay_env
+        )
         meta = next(r.record.payload for r in recorded if r.record.type == "session_meta")
         assert isinstance(meta, SessionMetaPayload)
         s = _infer(
@@ -863,8 +923,10 @@ def _child_runners(
             max_turns=s.max_turns,
             retry=s.retry,
             fsync="never",
+            max_depth=_MAX_DEPTH,  # the recording's own depth limit let these run
         )
-        out[link.call_id] = (link, runner, child_env.approve)
+        every.append(runner)
+        out[link.call_id] = (link, runner, replay_env.approve)
     return out
 
 
@@ -1097,7 +1159,7 @@ async def _rerun(
     replayable: list[_Step],
     settings: _Settings,
     *,
-    children: list[tuple[ChildLink, list[Located]]],
+    children: list[_Child],
     stall_timeout: float,
     full: bool,
     live_tools: Path | None = None,
@@ -1126,11 +1188,17 @@ async def _rerun(
         root = DataRoot(Path(tmp) / "home")
         workspace = Path(tmp) / "workspace"
         started: dict[str, str] = {}
+        every: list[SessionSubagentRunner] = []
         env: Environment
         if live_tools is None:
             workspace.mkdir()
             runners = _child_runners(
-                children, root, workspace, stall_timeout=stall_timeout, started=started
+                children,
+                root,
+                workspace,
+                stall_timeout=stall_timeout,
+                started=started,
+                every=every,
             )
             env = SubagentReplayEnvironment(replay_env, runners) if runners else replay_env
         else:
@@ -1157,7 +1225,7 @@ async def _rerun(
         llm.on_cut = driver.on_cut
         async with AsyncExitStack() as stack:
             # The children run in their runners' task groups, open around the parent.
-            for _, runner, _ in runners.values():
+            for runner in every:
                 await stack.enter_async_context(runner)
             for segment, cut in zip(segments, cuts, strict=True):
                 if live_tools is None:

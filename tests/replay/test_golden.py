@@ -69,6 +69,7 @@ RUNS: dict[str, int] = {
     "steering_after_tool": 1,
     "crash_tool": 2,
     "subagents_concurrent": 1,
+    "subagent_nested": 1,
 }
 # A scenario is a directory laid out as <scenario>/<yyyy-mm-dd>/<session_id>_<NNN>.jsonl (other
 # corpora beside it, such as hostile/, have their own layout and tests).
@@ -777,3 +778,35 @@ async def test_live_tools_run_for_real_in_a_scratch_copy(tmp_path: Path) -> None
     assert d.line == line_of(paths[0], '"output":"ship on friday')
     with pytest.raises(NotADirectoryError, match="live-tools"):
         await areplay_trace(paths, live_tools=tmp_path / "absent")
+
+
+def test_a_nested_child_is_replayed_and_compared(tmp_path: Path) -> None:
+    """R-SUB-3: a subagent's own subagent is re-run from its trace too; a grandchild trace that
+    disagrees with what its parent asked diverges, naming the grandchild."""
+    base = tmp_path / "n"
+    copy_scenario("subagent_nested", base)
+    assert replay_trace(base).matched
+    (grandchild,) = [
+        p
+        for p in files(base)
+        if b"Read notes.txt" in p.read_bytes() and b'"type":"subagent"' not in p.read_bytes()
+    ]
+    grandchild.write_text(grandchild.read_text().replace('"Read notes.txt"', '"Read a.txt"'))
+    d = replay_trace(base).divergence
+    assert d is not None and d.file == grandchild
+    assert d.reason.startswith(f"in subagent {grandchild.name.rsplit('_', 1)[0]}:")
+
+
+def test_concurrent_children_are_paired_with_their_calls_by_prompt(tmp_path: Path) -> None:
+    """Two children that ran at once may write their pointers in either order: each is
+    compared with the call whose prompt it received, whatever the pointer order."""
+    base = tmp_path / "c"
+    copy_scenario("subagents_concurrent", base)
+    (parent,) = [p for p in files(base) if b'"type":"subagent"' in p.read_bytes()]
+    lines = parent.read_text().splitlines(keepends=True)
+    at = [i for i, line in enumerate(lines) if '"type":"subagent"' in line]
+    assert len(at) == 2
+    lines[at[0]], lines[at[1]] = lines[at[1]], lines[at[0]]
+    parent.write_text("".join(lines))
+    result = replay_trace(base)
+    assert result.matched and result.complete, result
