@@ -140,12 +140,15 @@ def create_app(
     login_ttl: float = LOGIN_TTL_S,
     body_timeout: float = BODY_TIMEOUT_S,
     idle_release: float | None = IDLE_RELEASE_S,
+    buffer_pool_bytes: int = 256 * 2**20,
 ) -> Starlette:
     """The server as an ASGI app; nothing runs until its lifespan starts.  ``fsync`` is the
     durability policy of the sessions it writes (R-TRACE-16); weaker than ``turn`` only by
     choice.  A browser login lasts ``login_ttl`` seconds; a request body that stalls for
     ``body_timeout`` seconds is answered 408; a session unused for ``idle_release`` seconds
-    releases its lock (``None``: never) so other processes can resume it (issue 29)."""
+    releases its lock (``None``: never) so other processes can resume it; all sessions' replay
+    buffers together hold at most ``buffer_pool_bytes`` (least recently used emptied first)
+    (issue 29)."""
     data_root = root if isinstance(root, DataRoot) else DataRoot(root)
     ctx_box: list[ServerContext] = []
     host = SessionHost(
@@ -159,6 +162,7 @@ def create_app(
         retry=retry,
         fsync=fsync,
         idle_release=idle_release,
+        buffer_pool_bytes=buffer_pool_bytes,
         on_state=lambda h: ctx_box[0].session_state_event(h),
         on_created=lambda sid, source: ctx_box[0].session_created_event(sid, source),
     )

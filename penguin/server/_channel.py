@@ -5,13 +5,15 @@ Owns: event ids (``<file>:<ordinal>`` for a record, ``<file>:<ordinal>+<k>`` for
 other event after it), the replay buffer (10,000 events or 8 MiB), subscribers (bounded send
 buffers filled at publish time; a subscriber that falls behind is dropped and reconnects
 losslessly), the plan of a reconnect (buffer, or the trace when the buffer no longer holds the gap), and the open segments a reload
-shows as ``live`` fragments.  Does not: read traces (the host does) or speak HTTP.
+shows as ``live`` fragments; ``BufferPool``, the bytes all channels' replay buffers may hold
+together (issue 29: the least recently used channel's buffer is emptied first).  Does not: read
+traces (the host does) or speak HTTP.
 """
 
 from __future__ import annotations
 
 import re
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -21,7 +23,16 @@ import msgspec
 from eventstore import OmniMessage, encode
 from eventstore.partials import OpenSegments
 
-__all__ = ["Channel", "Event", "Key", "ReplayPlan", "Subscriber", "format_id", "parse_id"]
+__all__ = [
+    "BufferPool",
+    "Channel",
+    "Event",
+    "Key",
+    "ReplayPlan",
+    "Subscriber",
+    "format_id",
+    "parse_id",
+]
 
 Key = tuple[int, int, int]
 _ID: Final = re.compile(r"(\d{1,9}):(\d{1,12})(?:\+(\d{1,15}))?")
@@ -114,6 +125,36 @@ class ReplayPlan:
     resync: bool
 
 
+class BufferPool:
+    """The replay buffers of every channel of a host, bounded together by bytes.  Over the
+    bound, the buffer of the least recently published-to channel is emptied first (its
+    reconnects then replay from the trace, R-SRV-8: nothing is lost, only slower)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.total = 0
+        self._lru: OrderedDict[Channel, None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def grew(self, channel: Channel, delta: int) -> None:
+        self.total += delta
+        self._lru[channel] = None
+        self._lru.move_to_end(channel)
+        while self.total > self.max_bytes and len(self._lru) > 1:
+            oldest = next(iter(self._lru))
+            if oldest is channel:
+                break
+            oldest.evict_all()  # calls shrank() and forget()
+
+    def shrank(self, delta: int) -> None:
+        self.total -= delta
+
+    def forget(self, channel: Channel) -> None:
+        self._lru.pop(channel, None)
+
+
 class Channel:
     """The event channel of one session.  ``start`` is the position of the last record already
     in the trace when the channel was made (``(0, 0)`` for a session with no trace yet);
@@ -126,7 +167,9 @@ class Channel:
         restored: bool,
         max_events: int = 10_000,
         max_bytes: int = 8 * 2**20,
+        pool: BufferPool | None = None,
     ) -> None:
+        self._pool = pool
         self._record: tuple[int, int] = start
         self._k = 0
         self._start = start
@@ -183,13 +226,12 @@ class Channel:
     def _push(self, ev: Event) -> None:
         buf = self._buf
         buf.append(ev)
+        before = self._bytes
         self._bytes += len(ev.wire)
         while len(buf) > self._max_events or (self._bytes > self._max_bytes and len(buf) > 1):
-            old = buf.popleft()
-            self._bytes -= len(old.wire)
-            self._floor = old.key
-            if not old.recorded:
-                self._lost = old.key
+            self._evict_one()
+        if self._pool is not None:
+            self._pool.grew(self, self._bytes - before)
         wire = ev.wire
         behind: list[Subscriber] = []
         for sub in self._subs:
@@ -203,6 +245,26 @@ class Channel:
             # Too slow: it gets what it has, then its stream ends; it reconnects with its
             # Last-Event-ID and loses nothing (the trace has every record, R-SRV-8).
             self._drop(sub)
+
+    def _evict_one(self) -> None:
+        old = self._buf.popleft()
+        self._bytes -= len(old.wire)
+        self._floor = old.key
+        if not old.recorded:
+            self._lost = old.key
+
+    def evict_all(self) -> None:
+        """Empty the replay buffer (the pool needs the bytes)."""
+        before = self._bytes
+        while self._buf:
+            self._evict_one()
+        if self._pool is not None:
+            self._pool.shrank(before)
+            self._pool.forget(self)
+
+    @property
+    def buffered_bytes(self) -> int:
+        return self._bytes
 
     def end_segments(self) -> None:
         """The task ended: nothing is streaming any more."""
@@ -243,3 +305,7 @@ class Channel:
     def close(self) -> None:
         for sub in tuple(self._subs):
             self._drop(sub)
+        if self._pool is not None:
+            self._pool.shrank(self._bytes)
+            self._pool.forget(self)
+            self._pool = None

@@ -53,7 +53,7 @@ from penguin._goal import GoalRounds
 from replay import fork_session, resume_session
 
 from . import _controls as controls
-from ._channel import Channel
+from ._channel import BufferPool, Channel
 from ._exceptions import ApiError
 from ._hosted import ApprovalMode, Hosted
 from ._traces import indexed_files, last_position
@@ -113,8 +113,10 @@ class SessionHost:
         retry: RetryPolicy | None = None,
         fsync: FsyncPolicy = "turn",
         idle_release: float | None = IDLE_RELEASE_S,
+        buffer_pool_bytes: int = 256 * 2**20,
     ) -> None:
         self.root = root
+        self.buffers = BufferPool(buffer_pool_bytes)
         self._idle_release = idle_release
         self._used: dict[str, float] = {}
         self._cursors: dict[str, TailRead | None] = {}  # where each trace was last read
@@ -197,7 +199,13 @@ class SessionHost:
 
     def _new_hosted(self, sid: str, project: str, agent: str, start: tuple[int, int]) -> Hosted:
         events, size = self._buffer
-        channel = Channel(start, restored=start != (0, 0), max_events=events, max_bytes=size)
+        channel = Channel(
+            start,
+            restored=start != (0, 0),
+            max_events=events,
+            max_bytes=size,
+            pool=self.buffers,
+        )
         h = Hosted(sid, project, agent, channel, approval=self.approval)
         h.position = start
         self._hosted[sid] = h
@@ -563,6 +571,9 @@ class SessionHost:
             raise ApiError(409, "session_locked", str(exc)) from None
         except ValueError as exc:
             raise ApiError(400, "bad_fork_point", str(exc)) from None
+        except FileNotFoundError:
+            # Created but nothing written yet (found by the stateful fuzzer, issue 29).
+            raise ApiError(400, "bad_fork_point", "the session has no records yet") from None
         self._on_created(new_id, "fork")
         return new_id
 

@@ -122,6 +122,25 @@ _ERROR_SCHEMA: dict[str, Any] = {
 }
 
 
+# Statuses any route may answer (R-SRV-2: one error shape): a bad query or path, no token, an
+# unknown session, a server shutting down; writes also a cookie write from another origin, a
+# stalled or oversized body, a non-JSON body, a busy session.
+_COMMON_ERRORS: tuple[int, ...] = (400, 401, 404, 503)
+_WRITE_ERRORS: dict[str, tuple[int, ...]] = {
+    "POST": (403, 408, 409, 413, 415),
+    "DELETE": (403, 409),
+}
+_MEDIA: dict[str, str] = {
+    _S + "/traces/{n}/raw": "application/x-ndjson",
+    _S + "/scratchpad/{name:path}": "*/*",
+}
+_MAKES_SESSION = frozenset({"/api/sessions", _S + "/fork", "/api/traces/import"})
+
+
+def operation_id(r: RouteSpec) -> str:
+    return f"{r.method.lower()}_{r.handler.__name__}"
+
+
 def openapi_path(path: str) -> str:
     return path.replace("{name:path}", "{name}")
 
@@ -133,20 +152,34 @@ def document() -> dict[str, Any]:
     )
     refs = dict(zip(bodies, schemas, strict=True))
     paths: dict[str, dict[str, Any]] = {}
+    error = {
+        "description": "error",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+    }
     for r in ROUTES:
-        op: dict[str, Any] = {"summary": r.summary, "responses": {}}
-        for status in r.responses:
+        op: dict[str, Any] = {"operationId": operation_id(r), "summary": r.summary}
+        responses: dict[str, Any] = {}
+        for status in sorted({*r.responses, *_COMMON_ERRORS, *_WRITE_ERRORS.get(r.method, ())}):
             if status >= 400:
-                op["responses"][str(status)] = {
-                    "description": "error",
-                    "content": {
-                        "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}
-                    },
-                }
+                responses[str(status)] = error
+            elif status == 204:
+                responses["204"] = {"description": "no content"}
             else:
-                kind = "text/event-stream" if r.stream else "application/json"
-                op["responses"][str(status)] = {"description": "ok", "content": {kind: {}}}
-        op["responses"]["401"] = {"description": "missing or wrong token"}
+                kind = _MEDIA.get(r.path, "text/event-stream" if r.stream else "application/json")
+                responses[str(status)] = {"description": "ok", "content": {kind: {}}}
+        if r.method == "POST" and r.path in _MAKES_SESSION:
+            # Where a new session's id leads (stateful clients and fuzzers follow these).
+            responses[str(min(s for s in r.responses if s < 300))]["links"] = {
+                operation_id(t): {
+                    "operationId": operation_id(t),
+                    "parameters": {"id": "$response.body#/id"},
+                }
+                for t in ROUTES
+                if t.path.startswith(_S)
+            }
+        op["responses"] = responses
+        if r.path == "/api/login":
+            op["security"] = []  # the one route that takes no token
         if r.body is not None:
             op["requestBody"] = {
                 "required": True,

@@ -405,3 +405,42 @@ async def _messages_when_idle(srv: Any, sid: str) -> list[dict[str, Any]]:
             if body.get("live") is None:
                 return list(body["messages"])
             await anyio.sleep(0.05)  # waits for the task's end; orders nothing
+
+
+def test_r_srv_8_replay_buffers_are_bounded_together_least_recently_used_first() -> None:
+    """Issue 29: every session's replay buffer was kept forever (8 MiB each).  Together they
+    now hold at most the pool's bytes; the least recently published-to channel is emptied
+    first, and a reconnect to it is planned from the trace (nothing lost, R-SRV-8)."""
+    from eventstore import builders as b
+    from penguin.server._channel import BufferPool, Channel, ReplayPlan
+
+    pool = BufferPool(4096)
+    a, b_, c = (Channel((1, 0), restored=False, pool=pool) for _ in range(3))
+    for i in range(1, 6):
+        a.publish_record(b.user_text("a" * 300), 1, i)
+    a_sub, missed = a.subscribe((1, 1, 0))
+    assert isinstance(missed, list) and len(missed) == 4  # served from a's buffer
+    a.unsubscribe(a_sub)
+    for i in range(1, 6):
+        b_.publish_record(b.user_text("b" * 300), 1, i)
+    for i in range(1, 6):
+        c.publish_record(b.user_text("c" * 300), 1, i)
+    assert pool.total <= 4096
+    assert a.buffered_bytes == 0 and c.buffered_bytes > 0  # a was least recently used
+    assert pool.total == a.buffered_bytes + b_.buffered_bytes + c.buffered_bytes
+    _, plan = a.subscribe((1, 1, 0))
+    assert isinstance(plan, ReplayPlan) and plan.after == (1, 1) and plan.upto == (1, 5)
+    for i in range(6, 9):  # a is used again: now b or c gives way
+        a.publish_record(b.user_text("a" * 300), 1, i)
+    assert a.buffered_bytes > 0 and pool.total <= 4096
+    c.close()
+    assert pool.total == a.buffered_bytes + b_.buffered_bytes
+
+
+async def test_forking_a_session_with_no_records_yet_is_400_not_500(tmp_path: Path) -> None:
+    """Found by the stateful fuzzer (test_server_fuzz.py): a session created and not yet
+    written has no trace to fork."""
+    async with served(tmp_path, llm_factory=scripted([{"text": "ok"}])) as srv:
+        sid = await srv.new_session()
+        r = await srv.post(f"/api/sessions/{sid}/fork", {"at": {"file": 1, "ordinal": 0}})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "bad_fork_point"
