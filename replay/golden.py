@@ -385,7 +385,7 @@ def _goal_step(located: list[Located], n: int, steps: list[_Step]) -> _Step | No
     assert found is not None
     round_no, body, text = found
     cur = steps[-1] if steps else None
-    if round_no > 1 and cur is not None and cur.goal is not None:
+    if round_no > 1 and cur is not None and cur.goal is not None and cur.goal.outcome is None:
         cur.goal.rounds = round_no
         return None
     step = _Step(

@@ -810,3 +810,44 @@ def test_concurrent_children_are_paired_with_their_calls_by_prompt(tmp_path: Pat
     parent.write_text("".join(lines))
     result = replay_trace(base)
     assert result.matched and result.complete, result
+
+
+@pytest.mark.anyio
+async def test_an_aborted_goal_and_its_continuation_are_compared(tmp_path: Path) -> None:
+    """R-GOLD-4, R-GOAL-7: a goal whose round 2 ended by an auth failure (an abort the engine
+    made) and its continuation with ``GoalOptions(resume=True)`` are two runs, both compared."""
+    from engine import GoalOptions, LocalEnvironment, Session
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    edit = {"path": "${GOAL_FILE}", "old": "\nstatus: active", "new": "\nstatus: complete"}
+    llm = ScriptedLLM(
+        {
+            "responses": [
+                [{"text": "Round 1: working."}],
+                [{"fail": {"status": "auth", "message": "key revoked"}}],
+                [{"tool_call": {"name": "edit_file", "arguments": edit}}],
+                [{"text": "Done."}],
+            ]
+        }
+    )
+    session = await Session.create(
+        llm=llm,
+        environment=LocalEnvironment(ws),
+        root=tmp_path / "home",
+        workspace=ws,
+        retry=RetryPolicy(base_ms=1, cap_ms=2),
+    )
+    async with session:
+        first = await collect(
+            session.run(
+                [b.user_text("Ship it")], approve=allow_all, goal=GoalOptions(budget=50_000)
+            )
+        )
+        again = await collect(
+            session.run(None, approve=allow_all, goal=GoalOptions(resume=True, budget=50_000))
+        )
+    assert [m.payload.outcome for m in (first[-1], again[-1])] == ["aborted", "complete"]  # type: ignore[union-attr]
+    result = await areplay_trace(DataRoot(tmp_path / "home").trace_files(session.id))
+    assert result.matched and result.complete, result
+    assert result.runs_total == 2
