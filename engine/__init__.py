@@ -23,7 +23,7 @@ if TYPE_CHECKING:
         RetryPolicy,
         check_workspace,
     )
-    from ._exceptions import EngineError, SessionBroken, SessionBusy
+    from ._exceptions import EngineError, SandboxUnavailable, SessionBroken, SessionBusy
     from ._goal import GoalOptions
     from ._local import LocalEnvironment, ToolContext
     from ._mcp import McpEnvironment, McpServer
@@ -38,12 +38,14 @@ if TYPE_CHECKING:
         LLMRequest,
         NamesModel,
         NamesProvider,
+        Sandboxed,
         SeedsToolCallIds,
         allow_all,
         deny_all,
         llm_identity,
     )
     from ._retryable import RETRYABLE_STATUSES
+    from ._sandbox import SANDBOX_MODES, SandboxMode, SandboxPolicy, landlock_abi
     from ._session import Compactability, RecordListener, Session
     from ._signal import AbortSignal
     from ._subagent import (
@@ -68,7 +70,10 @@ _LAZY: dict[str, str] = {
         "._config",
     ),
     **dict.fromkeys(("ApprovalRule", "ApprovalRules"), "._approval"),
-    **dict.fromkeys(("EngineError", "SessionBroken", "SessionBusy"), "._exceptions"),
+    **dict.fromkeys(
+        ("EngineError", "SandboxUnavailable", "SessionBroken", "SessionBusy"), "._exceptions"
+    ),
+    **dict.fromkeys(("SANDBOX_MODES", "SandboxMode", "SandboxPolicy", "landlock_abi"), "._sandbox"),
     "RETRYABLE_STATUSES": "._retryable",  # not ._config: the validator needs no pydantic
     "GoalOptions": "._goal",
     **dict.fromkeys(("LocalEnvironment", "ToolContext"), "._local"),
@@ -85,6 +90,7 @@ _LAZY: dict[str, str] = {
             "LLMRequest",
             "NamesModel",
             "NamesProvider",
+            "Sandboxed",
             "SeedsToolCallIds",
             "allow_all",
             "deny_all",
@@ -112,6 +118,7 @@ __all__ = [
     "RETRYABLE_STATUSES",
     "LLM",
     "RUN_SUBAGENT",
+    "SANDBOX_MODES",
     "AbortSignal",
     "Approval",
     "ApprovalRule",
@@ -133,6 +140,10 @@ __all__ = [
     "NamesProvider",
     "RecordListener",
     "RetryPolicy",
+    "SandboxMode",
+    "SandboxPolicy",
+    "SandboxUnavailable",
+    "Sandboxed",
     "SeedsToolCallIds",
     "Session",
     "SessionBroken",
@@ -149,6 +160,7 @@ __all__ = [
     "builtin_tools",
     "check_workspace",
     "deny_all",
+    "landlock_abi",
     "llm_identity",
     "subagent_tool",
 ]

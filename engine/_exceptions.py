@@ -4,13 +4,17 @@ Owns: the tree below.  Does not: decide stop reasons (those are ``StopReason`` v
 
     EngineError                 root
     ├── SessionBusy             a run or compaction is already active (R-RUN-1, R-CONC-2)
-    └── SessionBroken           a trace write failed; resume the session from its trace
-                                (R-TRACE-15)
+    ├── SessionBroken           a trace write failed; resume the session from its trace
+    │                           (R-TRACE-15)
+    └── SandboxUnavailable      the kernel cannot enforce the sandbox a session asks for
+                                (R-BOX-2): it does not start
 """
 
 from __future__ import annotations
 
-__all__ = ["EngineError", "SessionBroken", "SessionBusy"]
+from typing import Any
+
+__all__ = ["EngineError", "SandboxUnavailable", "SessionBroken", "SessionBusy"]
 
 
 class EngineError(Exception):
@@ -34,3 +38,12 @@ class SessionBroken(EngineError):
         super().__init__(
             f"session {session_id} is broken ({cause}); resume it from its trace to continue"
         )
+
+
+class SandboxUnavailable(EngineError):
+    """The kernel does not offer what a sandbox mode needs (R-BOX-2); ``policy`` is the
+    ``SandboxPolicy`` asked for.  Nothing runs unconfined instead."""
+
+    def __init__(self, message: str, *, policy: Any) -> None:
+        self.policy = policy
+        super().__init__(message)

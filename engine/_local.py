@@ -19,17 +19,19 @@ process group) are gone by the time the complete output is seen.  A ``Tool`` dec
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import logging
 import math
 import os
 import re
 import secrets
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterator, Sequence
+import shutil
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, BinaryIO, Final, Literal
+from typing import Any, BinaryIO, Final, Literal, TypeVar
 
 import anyio
 import msgspec
@@ -48,6 +50,14 @@ from projections import markers as mk
 
 from ._config import check_workspace
 from ._protocols import ApproveFn
+from ._sandbox import (
+    Confinement,
+    SandboxMode,
+    SandboxPolicy,
+    make_private_tmpdir,
+    run_confined,
+    sandbox_tmp_parent,
+)
 from ._signal import AbortSignal
 from ._subagent import SubagentRunner, subagent_tool
 from ._tools import Tool, ToolError, ToolItem, ToolResult, builtin_tools
@@ -73,6 +83,8 @@ _SPILL_CHARS: Final = 1 << 20
 _CLOSE_BOUND_S: Final = 10.0
 _ID_UNSAFE: Final = re.compile(r"[^A-Za-z0-9_-]")
 
+T = TypeVar("T")
+
 
 # --------------------------------------------------------------------------- ToolContext
 
@@ -91,14 +103,32 @@ class ToolContext:
     tool_call_id: str
     scratchpad: Path | None = None
     approve: ApproveFn | None = None
+    confinement: Confinement | None = None
 
-    def resolve(self, path: str | os.PathLike[str]) -> Path:
-        """The real path of ``path`` (relative to the workspace, or absolute inside it or
-        inside the session scratchpad).
+    def resolve(self, path: str | os.PathLike[str], *, write: bool = False) -> Path:
+        """The real path of ``path`` (relative to the workspace, or absolute inside it, inside
+        the session scratchpad or inside the sandbox's private temporary directory).
 
         Symlinks are resolved before the check, so ``..`` escapes, absolute paths elsewhere and
         links pointing out all raise ``ToolError`` — the tool fails and nothing is touched.
+        ``write``: the path must also be writable under the session's sandbox (R-BOX-2), so a
+        ``read-only`` session's file tools write nothing but its temporary directory.
         """
+        real = self._resolve(path)
+        box = self.confinement
+        writable = [] if box is None or not write else box.writable()
+        if box is not None and writable and not any(real.is_relative_to(r) for r in writable):
+            raise ToolError(
+                f"the sandbox ({box.policy.mode}) does not allow writing {os.fspath(path)}"
+            )
+        return real
+
+    def run_confined(self, fn: Callable[[], T]) -> T:
+        """``fn()`` under the session's sandbox rules (blocking: call it in a worker thread), so
+        the kernel refuses what the path check could miss (a symlink swapped in meanwhile)."""
+        return run_confined(self.confinement, fn)
+
+    def _resolve(self, path: str | os.PathLike[str]) -> Path:
         raw = os.fspath(path)
         if not raw.strip():
             raise ToolError("the path is empty")
@@ -113,6 +143,9 @@ class ToolContext:
         # The session's own scratchpad is the agent's too: goal mode's GOAL.yaml and PLAN.md
         # live there (SPEC §18), as do archived outputs it may want to read back.
         if self.scratchpad is not None and real.is_relative_to(os.path.realpath(self.scratchpad)):
+            return real
+        tmpdir = None if self.confinement is None else self.confinement.tmpdir
+        if tmpdir is not None and real.is_relative_to(os.path.realpath(tmpdir)):
             return real
         raise ToolError(f"path is outside the workspace: {raw}")
 
@@ -152,8 +185,14 @@ class LocalEnvironment:
         default_timeout_ms: int = _DEFAULT_TIMEOUT_MS,
         scratchpad: str | os.PathLike[str] | None = None,
         subagents: SubagentRunner | None = None,
+        sandbox: SandboxMode = "workspace-write",
+        network: bool | None = None,
     ) -> None:
         self._workspace = check_workspace(workspace)
+        self._sandbox = SandboxPolicy.of(sandbox, network)
+        self._data_root: Path | None = None
+        self._own_files: Callable[[], Sequence[Path]] = tuple
+        self._tmpdir: Path | None = None
         registered = builtin_tools() if tools is None else list(tools)
         if subagents is not None:
             registered.append(subagent_tool(subagents))
@@ -190,6 +229,42 @@ class LocalEnvironment:
     def default_timeout_ms(self) -> int:
         return self._default_timeout_ms
 
+    @property
+    def sandbox(self) -> SandboxPolicy:
+        """The sandbox every tool of this environment runs under (SPEC §25)."""
+        return self._sandbox
+
+    def set_sandbox(self, policy: SandboxPolicy) -> None:
+        """Use ``policy`` from now on; ``SandboxUnavailable`` if the kernel cannot enforce it
+        (R-BOX-2) — then nothing changes."""
+        policy.check()
+        self._sandbox = policy
+
+    def bind_session(self, *, data_root: Path, own_files: Callable[[], Sequence[Path]]) -> None:
+        """The session's data root, hidden from its tools but for ``own_files()`` (its trace
+        files) and its scratchpad (R-BOX-1)."""
+        self._data_root = data_root
+        self._own_files = own_files
+
+    def confinement(self) -> Confinement | None:
+        """The rules of the next call: ``None`` when the sandbox is off and the network on."""
+        policy = self._sandbox
+        if not policy.confined:
+            return None
+        if policy.confines_files and self._tmpdir is None:
+            self._tmpdir = make_private_tmpdir()
+        hidden = [sandbox_tmp_parent()] if policy.confines_files else []
+        if self._data_root is not None:
+            hidden.append(self._data_root)
+        return Confinement(
+            policy=policy,
+            workspace=self._workspace,
+            tmpdir=self._tmpdir,
+            scratchpad=self._scratchpad,
+            hidden=tuple(hidden),
+            own=self._own_files,
+        )
+
     def bind_scratchpad(self, path: str | os.PathLike[str] | None) -> None:
         """Set (or clear) the session scratchpad used for truncated-output archives.
 
@@ -205,7 +280,11 @@ class LocalEnvironment:
         return None if tool is None else tool.permission
 
     async def aclose(self) -> None:
-        """Nothing outlives a call (each ``execute`` reaps what it started); idempotent."""
+        """Nothing outlives a call (each ``execute`` reaps what it started) but the private
+        temporary directory, removed here; idempotent."""
+        tmpdir, self._tmpdir = self._tmpdir, None
+        if tmpdir is not None:
+            await anyio.to_thread.run_sync(functools.partial(shutil.rmtree, tmpdir, True))
 
     async def execute(
         self, call: OmniMessage, *, signal: AbortSignal, approve: ApproveFn | None = None
@@ -228,12 +307,19 @@ class LocalEnvironment:
             for msg in _failure(seg, parsed):
                 yield msg
             return
+        try:
+            confinement = self.confinement()
+        except OSError as exc:
+            for msg in _failure(seg, mk.tool_error(f"the sandbox could not be prepared: {exc}")):
+                yield msg
+            return
         ctx = ToolContext(
             workspace=self._workspace,
             signal=signal,
             tool_call_id=call_id,
             scratchpad=self._scratchpad,
             approve=approve,
+            confinement=confinement,
         )
         # The inner generator is closed explicitly: a consumer that abandons ``execute`` must
         # stop the tool now, not whenever the garbage collector finalizes it.

@@ -6,14 +6,17 @@ not: implement any of them (adapters live beside: ``engine.llm``, ``engine._loca
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Set
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol, TypeAlias, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias, runtime_checkable
 
 from eventstore import OmniMessage, StopReason, ToolDefinition
 
 from ._signal import AbortSignal
+
+if TYPE_CHECKING:
+    from ._sandbox import SandboxPolicy
 
 __all__ = [
     "LLM",
@@ -26,6 +29,7 @@ __all__ = [
     "LLMRequest",
     "NamesModel",
     "NamesProvider",
+    "Sandboxed",
     "SeedsToolCallIds",
     "allow_all",
     "deny_all",
@@ -140,6 +144,21 @@ class BindsScratchpad(Protocol):
     """An Environment that wants the session's scratchpad (archives, images, goal files)."""
 
     def bind_scratchpad(self, path: Path) -> None: ...
+
+
+@runtime_checkable
+class Sandboxed(Protocol):
+    """An Environment that runs its tools under a sandbox (SPEC §25): ``sandbox`` is the policy
+    in force, ``set_sandbox`` changes it (raising ``SandboxUnavailable`` where the kernel cannot
+    enforce it), ``bind_session`` tells it the data root to hide and the session's own trace
+    files (a function: the files rotate)."""
+
+    @property
+    def sandbox(self) -> SandboxPolicy: ...
+
+    def set_sandbox(self, policy: SandboxPolicy) -> None: ...
+
+    def bind_session(self, *, data_root: Path, own_files: Callable[[], Sequence[Path]]) -> None: ...
 
 
 def llm_identity(llm: object) -> tuple[str, str, int | None]:

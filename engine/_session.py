@@ -52,6 +52,7 @@ from ._mcp import McpServer, SessionTools, session_tools
 from ._protocols import LLM, ApproveFn, BindsScratchpad, Environment, llm_identity
 from ._recorder import Recorder, RecordListener
 from ._run import Run, WriteFailed, first_write_failure, next_message
+from ._sandbox import SandboxMode, SandboxPolicy, apply_sandbox, sandboxed
 from ._signal import AbortSignal
 from ._steering import Steering
 from ._title import TitleCapture, generate_title
@@ -141,11 +142,15 @@ class Session:
         source: Literal["subagent", "schedule"] | None = None,
         mcp: Mapping[str, McpServer] | None = None,
         approval_rules: Mapping[str, str] | None = None,
+        sandbox: SandboxMode | None = None,
+        network: bool | None = None,
     ) -> Session:
         """A new session (R-SESSION-1): validates the workspace, allocates an id, writes nothing.
-        ``mcp``: MCP servers' tools (§26); ``approval_rules``: allow/ask/deny by tool (R-MCP-3)."""
+        ``mcp``: MCP servers' tools (§26); ``approval_rules``: allow/ask/deny by tool (R-MCP-3);
+        ``sandbox``/``network`` set the environment's (SPEC §25; ``None``: keep its own)."""
         data_root = root if isinstance(root, DataRoot) else DataRoot(root)
         ws = await anyio.to_thread.run_sync(check_workspace, workspace)
+        apply_sandbox(environment, sandbox, network)
         environment = session_tools(environment, ws, mcp=mcp, approval_rules=approval_rules)
         recorder = _new_recorder(
             llm, data_root, ws, system_prompt, project, agent, source=source, fsync=fsync
@@ -184,11 +189,14 @@ class Session:
         mcp: Mapping[str, McpServer] | None = None,
         approval_rules: Mapping[str, str] | None = None,
         recorded_tools: Sequence[ToolDefinition] = (),
+        sandbox: SandboxMode | None = None,
+        network: bool | None = None,
     ) -> Session:
         """A recorded session continued: its ``session_meta``, the ``writer`` holding the lock
         on its latest file, and the ``context``/``state`` folded from its trace (with the
         closures resume wrote).  The records that follow go to ``writer``'s file.  With ``mcp``,
         ``recorded_tools`` keeps the tools of a server that is gone (they fail, R-MCP-4)."""
+        apply_sandbox(environment, sandbox, network)
         environment = session_tools(
             environment, workspace, mcp=mcp, approval_rules=approval_rules, recorded=recorded_tools
         )
@@ -223,8 +231,7 @@ class Session:
         self._entered = True
         self._tg_cm = anyio.create_task_group()
         self._tg = await self._tg_cm.__aenter__()
-        if isinstance(self._env, BindsScratchpad):
-            self._env.bind_scratchpad(self.scratchpad)
+        _bind(self._env, self._root, self._rec, self.scratchpad, self._project, self._agent)
         if self._tools is not None:  # its MCP connections are tasks of the session's scope
             await _entered(self._tools.open(), self._tg_cm)
         return self
@@ -296,6 +303,10 @@ class Session:
     def _scratchpad_dir(self) -> Path:
         """The scratchpad, created on demand with 0700 directories (R-IMG-1, R-ROOT-9)."""
         return self._root.ensure_dir(self.scratchpad)
+
+    @property
+    def sandbox(self) -> SandboxPolicy | None:  # SPEC §25; None: the environment has none
+        return None if (box := sandboxed(self._env)) is None else box.sandbox
 
     @property
     def running(self) -> bool:
@@ -604,3 +615,23 @@ async def _entered(step: Coroutine[Any, Any, None], tg_cm: Any) -> None:
     except BaseException as exc:
         await tg_cm.__aexit__(type(exc), exc, exc.__traceback__)
         raise
+
+
+def _bind(
+    env: Environment, root: DataRoot, rec: Recorder, scratchpad: Path, project: str, agent: str
+) -> None:
+    """Tell the environment the session's scratchpad and, if it has a sandbox, the data root."""
+    if isinstance(env, BindsScratchpad):
+        env.bind_scratchpad(scratchpad)
+    box = sandboxed(env)
+    if box is not None:
+        own = functools.partial(_own_trace_files, root, rec, project, agent)
+        box.bind_session(data_root=root.home, own_files=own)
+
+
+def _own_trace_files(root: DataRoot, rec: Recorder, project: str, agent: str) -> list[Path]:
+    """The session's trace files, which its sandboxed tools may read (R-BOX-1)."""
+    try:
+        return root.trace_files(_meta_payload(rec.meta).session_id, project=project, agent=agent)
+    except (OSError, LookupError, ValueError):
+        return [rec.trace_path]

@@ -41,7 +41,8 @@ from eventstore.builders import is_partial, payload_type, stop_reason_of
 from projections import markers as mk
 
 from ._agen import as_agen
-from ._protocols import LLM, ApproveFn, Environment
+from ._protocols import LLM, ApproveFn, Environment, Sandboxed
+from ._sandbox import SandboxPolicy
 from ._signal import AbortSignal
 from ._tools import Tool, ToolError, ToolItem, ToolResult
 
@@ -74,6 +75,10 @@ _NO_OUTCOME: Final = "the subagent ended without an outcome"
 # started from its host task, so they inherit the host's value: a tool call inside a child sees
 # the child's depth whatever environment the host built for it.
 _DEPTH: ContextVar[int] = ContextVar("penguin_subagent_depth", default=0)
+# The sandbox of the run_subagent call being served: its child gets the same (SPEC §25).
+PARENT_SANDBOX: ContextVar[SandboxPolicy | None] = ContextVar(
+    "penguin_parent_sandbox", default=None
+)
 
 # Abort reasons that mean "the child was interrupted" rather than "the child failed" (R-CARRY-9).
 _INTERRUPTED: Final = frozenset(
@@ -156,6 +161,9 @@ def subagent_tool(runner: SubagentRunner, *, timeout_ms: int = 0) -> Tool[RunSub
 
     async def run(args: RunSubagentArgs, ctx: ToolContext) -> AsyncGenerator[ToolItem, None]:
         outcome: SubagentOutcome | None = None
+        # A child is never less confined than the call that starts it (SPEC §25).
+        if ctx.confinement is not None:
+            PARENT_SANDBOX.set(ctx.confinement.policy)
         stream = runner.run(args.prompt, signal=ctx.signal, approve=ctx.approve)
         async with aclosing(as_agen(stream)) as items:
             async for item in items:
@@ -312,6 +320,12 @@ class SessionSubagentRunner:
         from ._session import Session  # kept out of the environment's import graph
 
         environment = self._environment_factory(self if depth < self._max_depth else None)
+        options = dict(self._options)
+        parent = PARENT_SANDBOX.get()
+        # A host's own child environment that confines nothing is the host's choice, as it is
+        # for any session (``Session.create`` without a sandbox).
+        if parent is not None and isinstance(environment, Sandboxed):
+            options["sandbox"], options["network"] = parent.mode, parent.network
         try:
             llm = self._llm_factory()
             return await Session.create(
@@ -320,7 +334,7 @@ class SessionSubagentRunner:
                 root=self._root,
                 workspace=self._workspace,
                 source="subagent",
-                **self._options,
+                **options,
             )
         except BaseException:
             with anyio.CancelScope(shield=True):

@@ -28,20 +28,22 @@ The ``run`` contract (one shape, two spellings):
 from __future__ import annotations
 
 import codecs
+import functools
 import os
 import re
 import signal as _signals
-import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Generic, Literal, TypeAlias, TypeVar
 
 import anyio
-import anyio.abc
 from pydantic import BaseModel, ConfigDict, Field
 
 from eventstore import OmniMessage, StopReason, ToolDefinition
+
+from ._exceptions import SandboxUnavailable
+from ._spawn import ToolProcess, open_tool_process
 
 if TYPE_CHECKING:
     from ._local import ToolContext
@@ -89,6 +91,7 @@ ToolItem: TypeAlias = "str | ToolResult | OmniMessage"
 """What a tool produces: content, terminal facts, or a nested session's origin-tagged message."""
 
 A = TypeVar("A", bound=BaseModel)
+T = TypeVar("T")
 
 _NAME_RE: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -248,26 +251,29 @@ async def _exec_command(args: ExecCommandArgs, ctx: ToolContext) -> AsyncIterato
         cwd = ctx.resolve(args.workdir)
         if not cwd.is_dir():
             raise ToolError(f"workdir is not a directory: {args.workdir}")
-    proc = await anyio.open_process(
-        ["/bin/sh", "-c", args.cmd],
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        # Its own process group, so an abort or timeout can kill every descendant at once.
-        start_new_session=True,
-    )
+    box = ctx.confinement
+    env: dict[str, str] | None = None
+    if box is not None and box.tmpdir is not None:
+        # The private temporary directory: the only writable temp of a sandboxed command.
+        env = {**os.environ, "TMPDIR": str(box.tmpdir), "TMP": str(box.tmpdir)}
+        env["TEMP"] = env["TMP"]
+    try:
+        proc = await open_tool_process(
+            ["/bin/sh", "-c", args.cmd], cwd=cwd, env=env, confinement=box
+        )
+    except SandboxUnavailable as exc:
+        raise ToolError(str(exc)) from None
+    except OSError as exc:
+        raise ToolError(f"cannot start the command: {exc.strerror or exc}") from None
     finished = False
     try:
-        stdout = proc.stdout
-        assert stdout is not None
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         while True:
             data: bytes | None = None
             eof = False
             with anyio.move_on_after(_POLL_S):
                 try:
-                    data = await stdout.receive(_READ_CHUNK)
+                    data = await proc.receive(_READ_CHUNK)
                 except (anyio.EndOfStream, anyio.ClosedResourceError):
                     eof = True
             if eof:
@@ -292,7 +298,7 @@ async def _exec_command(args: ExecCommandArgs, ctx: ToolContext) -> AsyncIterato
             await proc.aclose()
 
 
-async def _kill_group(proc: anyio.abc.Process) -> None:
+async def _kill_group(proc: ToolProcess) -> None:
     """SIGTERM the process group, SIGKILL it after a short grace, and reap the leader."""
     pgid = proc.pid
     if _signal_group(pgid, _signals.SIGTERM) and not await _group_dies(pgid, _TERM_GRACE_S):
@@ -377,10 +383,18 @@ def _read_text(path: Path, display: str) -> str:
     return raw.decode("utf-8", errors="replace")
 
 
+async def _confined(ctx: ToolContext, fn: Callable[..., T], *args: object) -> T:
+    """``fn(*args)`` in a worker thread under the session's sandbox (R-BOX-2)."""
+    try:
+        return await anyio.to_thread.run_sync(ctx.run_confined, functools.partial(fn, *args))
+    except SandboxUnavailable as exc:
+        raise ToolError(str(exc)) from None
+
+
 async def _read_file(args: ReadFileArgs, ctx: ToolContext) -> str:
     path = ctx.resolve(args.path)
     display = ctx.display(path)
-    text = await anyio.to_thread.run_sync(_read_text, path, display)
+    text = await _confined(ctx, _read_text, path, display)
     if args.offset is None and args.limit is None:
         return text
     lines = text.splitlines(keepends=True)
@@ -400,19 +414,19 @@ def _write_text(path: Path, display: str, content: bytes) -> None:
 
 
 async def _write_file(args: WriteFileArgs, ctx: ToolContext) -> str:
-    path = ctx.resolve(args.path)
+    path = ctx.resolve(args.path, write=True)
     display = ctx.display(path)
     if path == ctx.workspace:
         raise ToolError("cannot write the workspace directory itself")
     data = args.content.encode("utf-8")
-    await anyio.to_thread.run_sync(_write_text, path, display, data)
+    await _confined(ctx, _write_text, path, display, data)
     return f"wrote {len(data)} bytes to {display}"
 
 
 async def _edit_file(args: EditFileArgs, ctx: ToolContext) -> str:
-    path = ctx.resolve(args.path)
+    path = ctx.resolve(args.path, write=True)
     display = ctx.display(path)
-    text = await anyio.to_thread.run_sync(_read_text, path, display)
+    text = await _confined(ctx, _read_text, path, display)
     count = text.count(args.old)
     if count == 0:
         raise ToolError(f"the old text was not found in {display}; nothing was changed")
@@ -421,8 +435,8 @@ async def _edit_file(args: EditFileArgs, ctx: ToolContext) -> str:
             f"the old text occurs {count} times in {display}; include more surrounding context "
             "so that it occurs exactly once (nothing was changed)"
         )
-    await anyio.to_thread.run_sync(
-        _write_text, path, display, text.replace(args.old, args.new, 1).encode("utf-8")
+    await _confined(
+        ctx, _write_text, path, display, text.replace(args.old, args.new, 1).encode("utf-8")
     )
     return f"replaced 1 occurrence in {display}"
 

@@ -214,6 +214,8 @@ async def resume_session(
         "fsync",
         "mcp",
         "approval_rules",
+        "sandbox",
+        "network",
     }
     if unknown:
         raise TypeError(f"resume_session() got unexpected options: {', '.join(sorted(unknown))}")
@@ -251,19 +253,23 @@ async def resume_session(
     if options.get("mcp"):
         # R-MCP-4: an MCP server that cannot be reached keeps the tools it was recorded with.
         options["recorded_tools"] = _recorded_tools(latest)
-    session = Session.resume(
-        llm=llm,
-        environment=environment,
-        root=data_root,
-        project=location.project,
-        agent=location.agent,
-        workspace=ws,
-        meta=meta,
-        writer=writer,
-        context=ctx,
-        state=state,
-        fsync=fsync,
-        **{k: v for k, v in options.items() if k != "fsync"},
-    )
+    try:
+        session = Session.resume(
+            llm=llm,
+            environment=environment,
+            root=data_root,
+            project=location.project,
+            agent=location.agent,
+            workspace=ws,
+            meta=meta,
+            writer=writer,
+            context=ctx,
+            state=state,
+            fsync=fsync,
+            **{k: v for k, v in options.items() if k != "fsync"},
+        )
+    except BaseException:  # e.g. SandboxUnavailable (R-BOX-2): the lock is not kept
+        writer.close()
+        raise
     del files
     return session

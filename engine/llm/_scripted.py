@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence, Set
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol, TypeAlias, cast, get_args
@@ -21,6 +21,7 @@ import anyio
 import msgspec
 
 from engine._protocols import ApproveFn, LLMOutcome, LLMRequest
+from engine._sandbox import SandboxPolicy
 from engine._signal import AbortSignal
 from eventstore import (
     OmniMessage,
@@ -721,12 +722,26 @@ class ScriptedLLM:
 
 
 class ScriptedEnvironment:
-    """Serves the ``result`` of each scripted tool call by ``tool_call_id`` (R-SCRIPT-8)."""
+    """Serves the ``result`` of each scripted tool call by ``tool_call_id`` (R-SCRIPT-8).
+
+    It runs no process, so it takes any sandbox (SPEC §25) and keeps it for the session to
+    record: there is nothing to confine."""
 
     def __init__(self, script: ScriptSource) -> None:
         self.script: Script = load_script(script)
         self._results = self.script.tool_results()
         self._names = frozenset(tool.name for tool in self.script.tools)
+        self._sandbox = SandboxPolicy()
+
+    @property
+    def sandbox(self) -> SandboxPolicy:
+        return self._sandbox
+
+    def set_sandbox(self, policy: SandboxPolicy) -> None:
+        self._sandbox = policy
+
+    def bind_session(self, *, data_root: Path, own_files: Callable[[], Sequence[Path]]) -> None:
+        return None
 
     @classmethod
     def from_llm(cls, llm: ScriptedLLM) -> ScriptedEnvironment:

@@ -42,6 +42,7 @@ from .errors import CliError
 from .tasks.goal import GoalView, goal_options
 from .tasks.model import ApproveMode
 from .terminal.safe import preview, safe
+from .views.labels import sandbox_label
 from .views.render import StreamRenderer, short_id
 
 if TYPE_CHECKING:
@@ -471,12 +472,12 @@ class Chat:
             model = (
                 f"{meta.provider}/{meta.model_id}" if isinstance(meta, SessionMetaPayload) else "?"
             )
-            self._print(
-                Text(
-                    f"penguin chat — {safe(model)}, session {self.session.id}  (/help)",
-                    style="bold",
-                )
-            )
+            header = Text(f"penguin chat — {safe(model)}, session {self.session.id}", style="bold")
+            label, style = sandbox_label(self.session.sandbox)
+            header.append(" · ", style="bold")
+            header.append(label, style=style)
+            header.append("  (/help)", style="bold")
+            self._print(header)
             try:
                 async with anyio.create_task_group() as tg:
                     await self._loop(prompt, tg)

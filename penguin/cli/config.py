@@ -33,11 +33,15 @@ CONFIG_KEYS: Final[dict[str, str]] = {
     "approve": "tool approval when not given on the command line: ask, allow-all or deny-all",
     "thinking": "thinking level when not given on the command line: none, minimal, low, medium "
     "or high",
+    "sandbox": "tool sandbox of new sessions: workspace-write, read-only or off",
+    "network": "whether tools of new sessions may use TCP: true or false",
 }
 _CHOICES: Final[dict[str, tuple[str, ...]]] = {
     "provider": ("openai", "anthropic"),
     "approve": ("ask", "allow-all", "deny-all"),
     "thinking": ("none", "minimal", "low", "medium", "high"),
+    "sandbox": ("workspace-write", "read-only", "off"),
+    "network": ("true", "false"),
 }
 # Names that look like a secret: refused with a pointer to api_key_env.
 _SECRET_HINTS: Final = ("api_key", "apikey", "key", "token", "secret", "password")
@@ -88,6 +92,8 @@ def load_config(home: Path) -> Config:
         raise CliError(str(exc)) from None
     values: dict[str, str] = {}
     for key, value in table.items():
+        if isinstance(value, bool):  # `network = true` is TOML's own spelling
+            value = "true" if value else "false"
         check_setting(key, value, where=shown)
         values[key] = value
     return Config(path, values, servers)

@@ -68,6 +68,9 @@ def errors_to_exit_codes(*, as_json: bool = False) -> Iterator[None]:
         _fail(str(exc) or type(exc).__name__)
         raise typer.Exit(2) from None
     except Exception as exc:
+        if _sandbox_refused(exc):  # SPEC R-BOX-2: the session does not start
+            _fail(str(exc))
+            raise typer.Exit(2) from None
         if debug:
             raise
         _fail(f"internal error: {type(exc).__name__}: {exc} (PENGUIN_DEBUG=1 shows a traceback)")
@@ -76,3 +79,10 @@ def errors_to_exit_codes(*, as_json: bool = False) -> Iterator[None]:
 
 def _fail(message: str) -> None:
     err_console().print("penguin: " + safe(message), style="red", soft_wrap=True)
+
+
+def _sandbox_refused(exc: Exception) -> bool:
+    """Whether ``exc`` is the engine's ``SandboxUnavailable``, without importing the engine
+    into commands that never load it (start-up time, issue 18)."""
+    engine = sys.modules.get("engine")
+    return engine is not None and isinstance(exc, engine.SandboxUnavailable)

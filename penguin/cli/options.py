@@ -26,6 +26,9 @@ __all__ = [
     "ModeChoice",
     "ModeOpt",
     "ModelOpt",
+    "NetworkOpt",
+    "SandboxChoice",
+    "SandboxOpt",
     "ScriptOpt",
     "SessionOrPathArg",
     "SubagentsOpt",
@@ -39,6 +42,12 @@ class ApproveChoice(StrEnum):
     ask = "ask"
     allow_all = "allow-all"
     deny_all = "deny-all"
+
+
+class SandboxChoice(StrEnum):
+    workspace_write = "workspace-write"
+    read_only = "read-only"
+    off = "off"
 
 
 class FsyncChoice(StrEnum):
@@ -109,6 +118,26 @@ ApproveOpt = Annotated[
         "[default: allow-all with --script; with a model, config.toml's, else ask on a "
         "terminal and refuse tool calls without one].",
         case_sensitive=False,
+        show_default=False,
+    ),
+]
+SandboxOpt = Annotated[
+    SandboxChoice | None,
+    typer.Option(
+        "--sandbox",
+        help="Confine the tools (docs/sandbox.md): workspace-write (write only the workspace), "
+        "read-only, or off (unconfined) [default: the session's (resume), else config.toml's, "
+        "else workspace-write].",
+        case_sensitive=False,
+        show_default=False,
+    ),
+]
+NetworkOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--network/--no-network",
+        help="Let the tools open TCP connections [default: the session's (resume), else "
+        "config.toml's, else off in a sandbox and on with --sandbox off].",
         show_default=False,
     ),
 ]

@@ -259,7 +259,12 @@ def test_run_json_prints_each_message_as_one_json_line_r_cli_1(tmp_path: Path) -
     head, *lines = result.stdout.splitlines()
     (sid,) = session_ids(home)
     # Issue 15 item 17: the first line names the session and its trace, then only messages.
-    assert json.loads(head) == {"session_id": sid, "trace": str(DataRoot(home).latest_trace(sid))}
+    assert json.loads(head) == {
+        "session_id": sid,
+        "trace": str(DataRoot(home).latest_trace(sid)),
+        # SPEC R-BOX-3: the sandbox the run's tools are under (the default)
+        "sandbox": {"mode": "workspace-write", "network": False},
+    }
     messages = [decode(line.encode()) for line in lines]
     assert any(m.is_partial for m in messages)
     recorded = read_trace(DataRoot(home).trace_files(sid)).records

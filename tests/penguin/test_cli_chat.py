@@ -274,3 +274,18 @@ def test_penguin_without_a_command_opens_the_chat(chat: Any, tmp_path: Path) -> 
     screen.wait_for("/help for commands")  # the idle prompt's status bar
     screen.type("\x04")  # Ctrl-D
     assert screen.finish() == 0
+
+
+def test_the_header_shows_the_sandbox(chat: Any) -> None:
+    """SPEC R-BOX-3: the mode is in the chat's header, and `off` stands out."""
+    script = {"tools": TOOLS, "responses": [[{"text": "hi"}]]}
+    screen = chat(script)
+    screen.wait_for("sandbox workspace-write, network off")
+    screen.wait_for("/help for commands")
+    screen.type("\x04")
+    assert screen.finish() == 0
+    screen = chat(script, "--sandbox", "off")
+    screen.wait_for("sandbox OFF: tools run unconfined")
+    screen.wait_for("/help for commands")
+    screen.type("\x04")
+    assert screen.finish() == 0

@@ -111,7 +111,7 @@ def test_json_mode_keeps_stdout_json(tmp_path: Path) -> None:
     result, _home = run_goal(tmp_path, SHIPPED, "--json")
     assert result.exit_code == 0, result.output
     head, *rows = [json.loads(line) for line in result.stdout.splitlines()]
-    assert set(head) == {"session_id", "trace"}  # the run's head line (issue 15 item 17)
+    assert set(head) == {"session_id", "trace", "sandbox"}  # the run's head line (issue 15 item 17)
     assert rows[-1]["payload"]["type"] == "goal_finished"
     # The round inputs are on the stream (and in the trace) for hosts to see.
     rounds = [r for r in rows if r["payload"].get("text", "").startswith("[goal]\nround: ")]

@@ -148,7 +148,7 @@ def test_run_json_lines_r_cli_1(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0
     head, *lines = proc.stdout.splitlines()
-    assert set(json.loads(head)) == {"session_id", "trace"}
+    assert set(json.loads(head)) == {"session_id", "trace", "sandbox"}
     messages = [decode(line) for line in lines]
     assert any(m.is_partial for m in messages) and not any(
         m.type == "session_meta" for m in messages

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -24,6 +24,8 @@ from penguin.cli.options import (
     LlmOpt,
     MaxTurnsOpt,
     ModelOpt,
+    NetworkOpt,
+    SandboxOpt,
     ScriptOpt,
     ThinkingOpt,
     checked_thinking,
@@ -68,6 +70,8 @@ def chat(
     approve: ApproveOpt = None,
     max_turns: MaxTurnsOpt = None,
     thinking: ThinkingOpt = None,
+    sandbox: SandboxOpt = None,
+    network: NetworkOpt = None,
 ) -> None:
     """Chat with the agent: `penguin` with no command opens this on a new session.
 
@@ -90,6 +94,8 @@ def chat(
             approve=approve.value if approve else None,
             max_turns=max_turns,
             thinking=checked_thinking(thinking),
+            sandbox=sandbox.value if sandbox else None,
+            network=network,
         )
 
 
@@ -102,11 +108,19 @@ def open_chat(
     approve: str | None = None,
     max_turns: int | None = None,
     thinking: str | None = None,
+    sandbox: str | None = None,
+    network: bool | None = None,
 ) -> None:
     import anyio
 
     from penguin.cli.targets import resolve_session_id
-    from penguin.cli.tasks.model import build_llm, check_same_model, choose_approve, choose_model
+    from penguin.cli.tasks.model import (
+        build_llm,
+        check_same_model,
+        choose_approve,
+        choose_model,
+        choose_sandbox,
+    )
     from penguin.cli.tasks.task import checked_turns, checked_workspace, thinking_level
 
     from .resume import load
@@ -140,7 +154,9 @@ def open_chat(
         )
     mode = choose_approve(approve, scripted=choice.script is not None, config=config)
     level = thinking_level(thinking, config)
-    anyio.run(_chat, g, root, session_id and sid, model_llm, ws, mode, turns, level)
+    # A new session takes config.toml's sandbox; a resumed one keeps its own unless a flag says.
+    box = choose_sandbox(sandbox, network, config=config if session_id is None else None)
+    anyio.run(_chat, g, root, session_id and sid, model_llm, ws, mode, turns, level, box)
 
 
 async def _chat(
@@ -152,6 +168,7 @@ async def _chat(
     mode: str,
     turns: int,
     thinking: str | None,
+    box: dict[str, Any],
 ) -> None:
     """Open the session, chat; after ``/fork``, fork it and go on chatting in the fork."""
     from rich.text import Text
@@ -164,7 +181,7 @@ async def _chat(
     history.parent.mkdir(mode=0o700, exist_ok=True)
     try:
         while True:
-            session = await _open(g, root, session_id, model_llm, ws, turns)
+            session = await _open(g, root, session_id, model_llm, ws, turns, box)
             async with session:
                 chat = Chat(
                     session,
@@ -193,7 +210,13 @@ async def _chat(
 
 
 async def _open(
-    g: Globals, root: DataRoot, session_id: str | None, llm: LLM, ws: Path, turns: int
+    g: Globals,
+    root: DataRoot,
+    session_id: str | None,
+    llm: LLM,
+    ws: Path,
+    turns: int,
+    box: dict[str, Any],
 ) -> Session:
     from engine import Session
     from eventstore import DEFAULT_AGENT, DEFAULT_PROJECT
@@ -218,6 +241,7 @@ async def _open(
             compaction=compaction,
             max_turns=turns,
             mcp=servers,
+            **box,
         )
     location = root.locate(session_id, project=g.project, agent=g.agent)
     with quiet_reader():
@@ -232,6 +256,7 @@ async def _open(
             compaction=compaction,
             max_turns=turns,
             mcp=servers,
+            **box,
         )
 
 

@@ -27,6 +27,8 @@ from penguin.cli.options import (
     MaxTurnsOpt,
     ModelOpt,
     ModeOpt,
+    NetworkOpt,
+    SandboxOpt,
     ScriptOpt,
     SubagentsOpt,
     ThinkingOpt,
@@ -141,6 +143,8 @@ def resume(
     max_session_turns: MaxSessionTurnsOpt = None,
     compaction_mode: ModeOpt = None,
     subagents: SubagentsOpt = False,
+    sandbox: SandboxOpt = None,
+    network: NetworkOpt = None,
     goal_continue: GoalContinueOpt = False,
     budget: BudgetOpt = None,
     thinking: ThinkingOpt = None,
@@ -149,8 +153,7 @@ def resume(
     """Continue a session, or show where it stands.  Without -m: the state rebuilt from the trace (turns, tokens, context, carry-over); no lock,
     nothing written.  With -m: one task with the recorded model (--change-model for another),
     after closing what a crash left open (repairs are printed).  --goal-continue (no -m)
-    continues an aborted or crashed goal.  Exit 2 while another process holds the session.
-    """
+    continues an aborted or crashed goal.  Exit 2 while another process holds the session."""
     from penguin.cli.diagnose import report
     from penguin.cli.targets import resolve_session_id
     from penguin.cli.tasks.model import LlmOptions
@@ -177,6 +180,7 @@ def resume(
             as_json=as_json,
             goal=goal_opts,
             thinking=thinking,
+            sandbox=(sandbox, network),
         )
         _continue(g, loaded, message, opts)
 
@@ -244,6 +248,7 @@ def _continue(g: Globals, loaded: Loaded, message: str | None, opts: TaskOptions
                 compaction=opts.compaction,
                 max_turns=turns,
                 mcp=servers or None,
+                **opts.sandbox_options(None),  # the recorded sandbox stands unless a flag says
             )
         _report_cut(torn)
         return await run_task(

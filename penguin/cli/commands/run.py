@@ -24,6 +24,8 @@ from penguin.cli.options import (
     MaxTurnsOpt,
     ModelOpt,
     ModeOpt,
+    NetworkOpt,
+    SandboxOpt,
     ScriptOpt,
     SubagentsOpt,
     ThinkingOpt,
@@ -73,6 +75,8 @@ def run(
         ),
     ] = None,
     subagents: SubagentsOpt = False,
+    sandbox: SandboxOpt = None,
+    network: NetworkOpt = None,
     goal: GoalOpt = False,
     budget: BudgetOpt = None,
     thinking: ThinkingOpt = None,
@@ -113,6 +117,8 @@ def run(
             as_json=as_json,
             goal=goal_options(goal=goal, budget=budget, message=message),
             thinking=checked_thinking(thinking),
+            sandbox=sandbox.value if sandbox else None,
+            network=network,
         )
         _start(globals_of(ctx), message, opts, system_prompt=system_prompt)
 
@@ -169,6 +175,7 @@ def _start(g: Globals, message: str, opts: TaskOptions, *, system_prompt: str | 
             compaction=opts.compaction,
             max_turns=turns,
             mcp=servers or None,
+            **opts.sandbox_options(config),
         )
         return await run_task(
             session,

@@ -16,7 +16,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import anyio
 
@@ -33,6 +33,7 @@ __all__ = [
     "build_llm",
     "check_same_model",
     "choose_approve",
+    "choose_sandbox",
     "choose_model",
     "close_llm",
 ]
@@ -229,3 +230,21 @@ def choose_approve(explicit: str | None, *, scripted: bool, config: Config) -> A
     if configured is not None:
         return configured  # type: ignore[return-value]
     return "ask" if sys.stdin.isatty() else "refuse"
+
+
+def choose_sandbox(
+    mode: str | None, network: bool | None, *, config: Config | None
+) -> dict[str, Any]:
+    """``Session.create``'s ``sandbox``/``network`` (SPEC §25): a flag wins, then config.toml
+    (``config=None`` on resume: the session's recorded sandbox stands); what neither gives is
+    left out, so the engine's default (workspace-write, network off) applies."""
+    chosen: dict[str, Any] = {}
+    configured = config.get("sandbox") if config is not None else None
+    if mode is not None or configured is not None:
+        chosen["sandbox"] = mode if mode is not None else configured
+    net = config.get("network") if config is not None else None
+    if network is not None:
+        chosen["network"] = network
+    elif net is not None:
+        chosen["network"] = net == "true"
+    return chosen

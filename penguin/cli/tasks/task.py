@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from engine import DEFAULT_MAX_TURNS, LLM, CompactionSettings, GoalOptions, Session
+from engine import DEFAULT_MAX_TURNS, LLM, CompactionSettings, GoalOptions, SandboxPolicy, Session
 from engine.llm import ScriptedLLM
 from eventstore import (
     AbortPayload,
@@ -37,11 +37,12 @@ from penguin.cli.options import checked_thinking
 from penguin.cli.terminal.console import err_console, out_console, write_json
 from penguin.cli.terminal.safe import safe
 from penguin.cli.views.inspect import token_words
+from penguin.cli.views.labels import sandbox_label
 from projections import markers as mk
 
 from .goal import GOAL_NOT_COMPLETE, GoalView
 from .live import Subagents, build_compaction, drive
-from .model import ApproveMode, LlmOptions, close_llm
+from .model import ApproveMode, LlmOptions, choose_sandbox, close_llm
 
 __all__ = [
     "DEFAULT_MAX_TURNS",
@@ -87,6 +88,12 @@ class TaskOptions:
     as_json: bool
     goal: GoalOptions | None = None
     thinking: str | None = None
+    sandbox: str | None = None
+    network: bool | None = None
+
+    def sandbox_options(self, config: Config | None) -> dict[str, Any]:
+        """``Session.create``/``resume_session``'s ``sandbox``/``network`` (SPEC §25)."""
+        return choose_sandbox(self.sandbox, self.network, config=config)
 
 
 def task_options(
@@ -100,6 +107,7 @@ def task_options(
     as_json: bool,
     goal: GoalOptions | None = None,
     thinking: str | None = None,
+    sandbox: tuple[Any, bool | None] = (None, None),
 ) -> TaskOptions:
     """``TaskOptions`` from the command line's values (enums as given by typer)."""
     context, turns, mode = compaction
@@ -117,6 +125,8 @@ def task_options(
         as_json=as_json,
         goal=goal,
         thinking=checked_thinking(thinking),
+        sandbox=sandbox[0].value if sandbox[0] else None,
+        network=sandbox[1],
     )
 
 
@@ -207,10 +217,17 @@ async def run_task(
     out = out or out_console()
     err = err_console()
     result = TaskResult(session_id=session.id, trace=session.trace_path)
+    policy = session.sandbox
     if as_json:
-        write_json({"session_id": session.id, "trace": str(session.trace_path)})
-    elif message is not None:
-        out.print(Text(f"> {safe(message)}", style="bold"), soft_wrap=True)
+        head: dict[str, object] = {"session_id": session.id, "trace": str(session.trace_path)}
+        head["sandbox"] = None if policy is None else policy.settings()
+        write_json(head)
+    else:
+        if policy != SandboxPolicy():  # the default goes without saying; anything else is shown
+            label, style = sandbox_label(policy)
+            err.print(Text(label, style=style), soft_wrap=True)
+        if message is not None:
+            out.print(Text(f"> {safe(message)}", style="bold"), soft_wrap=True)
     view = None
     if goal is not None:
         start = session.state.goal.tokens_used if goal.resume else 0
