@@ -15,7 +15,7 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import msgspec
@@ -188,6 +188,12 @@ def _fold_earlier(
         cache.save()
 
 
+# Session.create's keyword options that a resume takes (system_prompt is the recorded one).
+_OPTIONS: Final = frozenset(
+    {"compaction", "max_turns", "retry", "fsync", "mcp", "approval_rules", "sandbox", "network"}
+)
+
+
 async def resume_session(
     root: DataRoot | str | Path | None,
     session_id: str,
@@ -207,16 +213,7 @@ async def resume_session(
     """
     if "system_prompt" in options:
         raise TypeError("resume_session() does not accept system_prompt: the recorded one is kept")
-    unknown = set(options) - {
-        "compaction",
-        "max_turns",
-        "retry",
-        "fsync",
-        "mcp",
-        "approval_rules",
-        "sandbox",
-        "network",
-    }
+    unknown = set(options) - _OPTIONS
     if unknown:
         raise TypeError(f"resume_session() got unexpected options: {', '.join(sorted(unknown))}")
     data_root = root if isinstance(root, DataRoot) else DataRoot(root)
