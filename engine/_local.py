@@ -121,6 +121,12 @@ class ToolContext:
             raise ToolError(
                 f"the sandbox ({box.policy.mode}) does not allow writing {os.fspath(path)}"
             )
+        if box is not None and writable and (beside := box.beside_hidden(real)) is not None:
+            raise ToolError(
+                f"cannot create {os.fspath(path)}: the data root {beside} lies inside the "
+                "workspace, so the sandbox allows no new entry in the directories on the way "
+                "to it; use a subdirectory, or keep the data root outside the workspace"
+            )
         return real
 
     def run_confined(self, fn: Callable[[], T]) -> T:

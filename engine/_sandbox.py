@@ -241,6 +241,24 @@ class Confinement:
             roots += [self.workspace, self.scratchpad]
         return [Path(os.path.realpath(r)) for r in roots if r is not None]
 
+    def beside_hidden(self, path: Path) -> Path | None:
+        """The hidden directory that keeps ``path`` (not yet existing) from being created: its
+        first existing ancestor lies on the way from the workspace to it (see ``_carve``)."""
+        existing = path
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if existing == path:
+            return None
+        for hidden in self.hidden:
+            h = Path(os.path.realpath(hidden))
+            if (
+                h != existing
+                and h.is_relative_to(existing)
+                and existing.is_relative_to(os.path.realpath(self.workspace))
+            ):
+                return h
+        return None
+
     def rules(self) -> list[tuple[Path, int]]:
         """``(path, rights)`` pairs, for paths that exist now."""
         out: list[tuple[Path, int]] = []

@@ -579,3 +579,23 @@ async def test_resume_takes_a_sandbox_and_releases_the_lock_when_it_cannot(
     )
     async with resumed:
         assert resumed.sandbox == SandboxPolicy(mode="off", network=True)
+
+
+@needs_landlock
+async def test_a_data_root_inside_the_workspace_is_explained_to_the_file_tools(
+    tmp_path: Path,
+) -> None:
+    """Landlock cannot grant the workspace's top directory new entries without granting them in
+    the data root below it: the file tools say so instead of a bare refusal."""
+    ws = tmp_path / "ws"
+    (ws / "src").mkdir(parents=True)
+    env = LocalEnvironment(ws)
+    env.bind_session(data_root=ws / ".data", own_files=list)
+    (ws / ".data").mkdir()
+    output, status = await run(env, "write_file", path="new.txt", content="x")
+    assert status == "failed" and "lies inside the workspace" in output, output
+    assert await run(env, "write_file", path="src/new.txt", content="x") == (
+        "wrote 1 bytes to src/new.txt",
+        "completed",
+    )
+    await env.aclose()
