@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "McpConfigError",
+    "check_rules_table",
+    "servers_from_body",
     "check_servers",
     "dump_servers",
     "resolve_servers",
@@ -85,6 +87,25 @@ def check_servers(tables: object, *, where: str) -> dict[str, dict[str, Any]]:
                 raise McpConfigError(f"{at}: approval rules are allow, ask or deny, not {rule!r}")
         out[name] = dict(table)
     return out
+
+
+_PATTERN: Final = re.compile(r"^[A-Za-z0-9_*-]{1,64}$")
+
+
+def check_rules_table(table: object, *, where: str) -> dict[str, str]:
+    """The ``[approval_rules]`` table: tool names or globs (``fs__*``) to allow/ask/deny."""
+    if not isinstance(table, Mapping):
+        raise McpConfigError(f"{where}: [approval_rules] must be a table of rules")
+    for key, rule in table.items():
+        if not isinstance(key, str) or not _PATTERN.match(key):
+            raise McpConfigError(
+                f"{where}: approval rule {key!r}: use a tool name or a glob such as 'fs__*'"
+            )
+        if rule not in _RULES:
+            raise McpConfigError(
+                f"{where}: approval rule {key!r}: {rule!r} is not one of allow, ask, deny"
+            )
+    return dict(table)
 
 
 def _is(value: object, kind: type) -> bool:
@@ -207,3 +228,32 @@ def dump_servers(tables: Mapping[str, Mapping[str, Any]]) -> str:
                 for k in sorted(table[key]):
                     lines.append(f"{_toml_key(k)} = {_toml_string(table[key][k])}")
     return "\n".join(lines) + ("\n" if lines else "")
+
+
+def servers_from_body(
+    tables: Mapping[str, Mapping[str, Any]], *, configured: Mapping[str, McpServer]
+) -> dict[str, McpServer]:
+    """The ``mcp`` object of ``penguin serve``'s session body: each name maps to a definition
+    (``McpServer``'s keywords, ``command`` as a list), or to ``{}`` for the configured server of
+    that name.  Raises ``McpConfigError`` naming the server."""
+    from engine import McpServer
+
+    servers: dict[str, McpServer] = {}
+    for name, table in tables.items():
+        given = {k: v for k, v in table.items() if v is not None}
+        if not given:
+            if name not in configured:
+                known = ", ".join(sorted(configured)) or "none"
+                raise McpConfigError(
+                    f"mcp server {name!r}: an empty definition names a configured server "
+                    f"(configured: {known})"
+                )
+            servers[name] = configured[name]
+            continue
+        if not _NAME.match(name):
+            raise McpConfigError(f"mcp server {name!r}: the name must be 1-48 of [A-Za-z0-9_-]")
+        try:
+            servers[name] = McpServer(**given)
+        except (TypeError, ValueError) as exc:
+            raise McpConfigError(f"mcp server {name!r}: {exc}") from None
+    return servers

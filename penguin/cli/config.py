@@ -55,6 +55,8 @@ class Config:
     values: dict[str, str] = field(default_factory=dict)
     # ``[mcp.servers.NAME]`` tables, checked for shape; ``${VAR}`` is expanded when used.
     mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # ``[approval_rules]``: tool name or glob -> allow/ask/deny (R-MCP-3).
+    approval_rules: dict[str, str] = field(default_factory=dict)
 
     def get(self, key: str) -> str | None:
         return self.values.get(key)
@@ -79,8 +81,16 @@ def load_config(home: Path) -> Config:
     except tomllib.TOMLDecodeError as exc:
         raise CliError(f"{shown}: not valid TOML: {exc}") from None
     table = data.get(_TABLE, {})
-    if not isinstance(table, dict) or set(data) - {_TABLE, "mcp"}:
-        raise CliError(f"{shown}: expected only a [{_TABLE}] table of settings and [mcp.servers.*]")
+    if not isinstance(table, dict) or set(data) - {_TABLE, "mcp", "approval_rules"}:
+        raise CliError(
+            f"{shown}: expected only the tables [{_TABLE}], [approval_rules] and [mcp.servers.*]"
+        )
+    from penguin._mcp_config import McpConfigError, check_rules_table
+
+    try:
+        rules = check_rules_table(data.get("approval_rules", {}), where=shown)
+    except McpConfigError as exc:
+        raise CliError(str(exc)) from None
     mcp = data.get("mcp", {})
     if not isinstance(mcp, dict) or set(mcp) - {"servers"}:
         raise CliError(f"{shown}: the [mcp] table holds only [mcp.servers.NAME] tables")
@@ -96,7 +106,7 @@ def load_config(home: Path) -> Config:
             value = "true" if value else "false"
         check_setting(key, value, where=shown)
         values[key] = value
-    return Config(path, values, servers)
+    return Config(path, values, servers, dict(rules))
 
 
 def mcp_servers(config: Config) -> dict[str, McpServer]:
@@ -147,6 +157,10 @@ def save_config(config: Config) -> None:
     lines = [f"[{_TABLE}]"]
     lines += [f"{key} = {_quote(config.values[key])}" for key in sorted(config.values)]
     text = "\n".join(lines) + "\n"
+    if config.approval_rules:
+        text += "\n[approval_rules]\n" + "".join(
+            f"{_quote(k)} = {_quote(v)}\n" for k, v in sorted(config.approval_rules.items())
+        )
     if config.mcp_servers:
         from penguin._mcp_config import dump_servers
 

@@ -30,6 +30,7 @@ def test_r_mcp_1_penguin_run_and_resume_use_the_configured_servers(tmp_path: Pat
     ws.mkdir()
     config = home / "config.toml"
     config.write_text(
+        '[approval_rules]\n"t__look" = "deny"\n\n'
         "[mcp.servers.t]\n"
         f"command = {json.dumps(sys.executable)}\n"
         f'args = [{json.dumps(str(SERVER))}, "stdio"]\n'
@@ -40,7 +41,10 @@ def test_r_mcp_1_penguin_run_and_resume_use_the_configured_servers(tmp_path: Pat
     script.write_text(
         json.dumps(
             [
-                [{"tool_call": {"name": "t__echo", "arguments": {"text": "cli"}, "id": "c1"}}],
+                [
+                    {"tool_call": {"name": "t__echo", "arguments": {"text": "cli"}, "id": "c1"}},
+                    {"tool_call": {"name": "t__look", "arguments": {}, "id": "c_look"}},
+                ],
                 [{"text": "done"}],
             ]
         )
@@ -48,6 +52,7 @@ def test_r_mcp_1_penguin_run_and_resume_use_the_configured_servers(tmp_path: Pat
     first = invoke("--home", home, "run", "-m", "go", "--workspace", ws, "--script", script)
     assert first.exit_code == 0, first.output
     assert outputs(home)["c1"].output == "echo: cli"
+    assert outputs(home)["c_look"].output == "Tool call denied by policy."  # [approval_rules]
 
     # The server is gone from the config: the resumed session keeps the recorded tool, whose
     # call fails; the run itself completes.

@@ -16,6 +16,10 @@ CONFIG = """\
 [defaults]
 approve = "ask"
 
+[approval_rules]
+exec_command = "ask"
+"fs__write*" = "deny"
+
 [mcp.servers.fs]
 command = "fs-server"
 args = ["--root", "/data"]
@@ -46,6 +50,7 @@ def test_r_mcp_1_servers_load_save_and_expand(tmp_path: Path) -> None:
     save_config(config)
     again = load_config(tmp_path)
     assert again.mcp_servers == config.mcp_servers
+    assert again.approval_rules == {"exec_command": "ask", "fs__write*": "deny"}
     assert "${FS_TOKEN}" in (tmp_path / "config.toml").read_text()
 
     servers = servers_from_tables(
@@ -72,6 +77,8 @@ def test_r_mcp_1_servers_load_save_and_expand(tmp_path: Path) -> None:
         ('[mcp.servers.a]\ncommand = "x"\napproval = "sometimes"\n', "allow, ask or deny"),
         ('[mcp.servers."a b"]\ncommand = "x"\n', "the name must be"),
         ("[mcp.other]\nx = 1\n", "only [mcp.servers.NAME]"),
+        ('[approval_rules]\nexec_command = "maybe"\n', "not one of allow, ask, deny"),
+        ('[approval_rules]\n"a b" = "allow"\n', "use a tool name"),
     ],
 )
 def test_a_bad_server_table_names_the_file_and_the_server(

@@ -225,7 +225,8 @@ async def _open(
     from replay import resume_session
 
     environment = environment_for(llm, ws)
-    servers = mcp_servers(load_config(root.home)) or None
+    config = load_config(root.home)
+    servers, rules = mcp_servers(config) or None, config.approval_rules or None
     compaction = build_compaction(
         max_context_length=None, max_session_turns=None, compaction_mode=None
     )
@@ -242,6 +243,7 @@ async def _open(
             max_turns=turns,
             mcp=servers,
             **box,
+            approval_rules=rules,
         )
     location = root.locate(session_id, project=g.project, agent=g.agent)
     with quiet_reader():
@@ -257,6 +259,7 @@ async def _open(
             max_turns=turns,
             mcp=servers,
             **box,
+            approval_rules=rules,
         )
 
 

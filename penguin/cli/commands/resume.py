@@ -249,6 +249,7 @@ def _continue(g: Globals, loaded: Loaded, message: str | None, opts: TaskOptions
                 max_turns=turns,
                 mcp=servers or None,
                 **opts.sandbox_options(None),  # the recorded sandbox stands unless a flag says
+                approval_rules=config.approval_rules or None,
             )
         _report_cut(torn)
         return await run_task(

@@ -176,6 +176,7 @@ def _start(g: Globals, message: str, opts: TaskOptions, *, system_prompt: str | 
             max_turns=turns,
             mcp=servers or None,
             **opts.sandbox_options(config),
+            approval_rules=config.approval_rules or None,
         )
         return await run_task(
             session,
