@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from ._sandbox import SANDBOX_MODES, SandboxMode, SandboxPolicy, landlock_abi
     from ._session import Compactability, RecordListener, Session
     from ._signal import AbortSignal
+    from ._snapshots import SnapshotSettings, scan_workspace
     from ._subagent import (
         RUN_SUBAGENT,
         SessionSubagentRunner,
@@ -76,6 +77,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("SANDBOX_MODES", "SandboxMode", "SandboxPolicy", "landlock_abi"), "._sandbox"),
     "RETRYABLE_STATUSES": "._retryable",  # not ._config: the validator needs no pydantic
     "GoalOptions": "._goal",
+    **dict.fromkeys(("SnapshotSettings", "scan_workspace"), "._snapshots"),
     **dict.fromkeys(("LocalEnvironment", "ToolContext"), "._local"),
     **dict.fromkeys(("McpEnvironment", "McpServer"), "._mcp"),
     **dict.fromkeys(
@@ -144,6 +146,7 @@ __all__ = [
     "SandboxPolicy",
     "SandboxUnavailable",
     "Sandboxed",
+    "SnapshotSettings",
     "SeedsToolCallIds",
     "Session",
     "SessionBroken",
@@ -162,6 +165,7 @@ __all__ = [
     "deny_all",
     "landlock_abi",
     "llm_identity",
+    "scan_workspace",
     "subagent_tool",
 ]
 

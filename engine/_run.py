@@ -59,6 +59,7 @@ class Run:
     error: BaseException | None = None
     tap: Callable[[OmniMessage], None] | None = None  # sees every message (goal mode)
     observer: Callable[[OmniMessage], None] | None = None  # the caller's (``run(observer=)``)
+    ended_by_abort: bool = False  # the loop emitted the run's ``abort``
 
     def push(self, msg: OmniMessage) -> None:
         if self.tap is not None:

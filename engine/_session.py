@@ -54,6 +54,7 @@ from ._recorder import Recorder, RecordListener
 from ._run import Run, WriteFailed, first_write_failure, next_message
 from ._sandbox import SandboxMode, SandboxPolicy, apply_sandbox, sandboxed
 from ._signal import AbortSignal
+from ._snapshots import Snapshots, SnapshotSettings
 from ._steering import Steering
 from ._title import TitleCapture, generate_title
 from ._turns import TurnRunner
@@ -144,10 +145,12 @@ class Session:
         approval_rules: Mapping[str, str] | None = None,
         sandbox: SandboxMode | None = None,
         network: bool | None = None,
+        snapshots: SnapshotSettings | None = None,
     ) -> Session:
         """A new session (R-SESSION-1): validates the workspace, allocates an id, writes nothing.
         ``mcp``: MCP servers' tools (§26); ``approval_rules``: allow/ask/deny by tool (R-MCP-3);
-        ``sandbox``/``network`` set the environment's (SPEC §25; ``None``: keep its own)."""
+        ``sandbox``/``network`` set the environment's (SPEC §25; ``None``: keep its own);
+        ``snapshots``: workspace snapshots (§27), off unless given."""
         data_root = root if isinstance(root, DataRoot) else DataRoot(root)
         ws = await anyio.to_thread.run_sync(check_workspace, workspace)
         apply_sandbox(environment, sandbox, network)
@@ -155,7 +158,7 @@ class Session:
         recorder = _new_recorder(
             llm, data_root, ws, system_prompt, project, agent, source=source, fsync=fsync
         )
-        return cls(
+        session = cls(
             llm=llm,
             environment=environment,
             root=data_root,
@@ -167,6 +170,8 @@ class Session:
             max_turns=max_turns,
             retry=retry,
         )
+        session._turns.use_snapshots(Snapshots.of(snapshots, data_root, project, agent, ws))
+        return session
 
     @classmethod
     def resume(
@@ -191,6 +196,7 @@ class Session:
         recorded_tools: Sequence[ToolDefinition] = (),
         sandbox: SandboxMode | None = None,
         network: bool | None = None,
+        snapshots: SnapshotSettings | None = None,
     ) -> Session:
         """A recorded session continued: its ``session_meta``, the ``writer`` holding the lock
         on its latest file, and the ``context``/``state`` folded from its trace (with the
@@ -210,7 +216,7 @@ class Session:
             context=context,
             state=state,
         )
-        return cls(
+        session = cls(
             llm=llm,
             environment=environment,
             root=root,
@@ -222,6 +228,8 @@ class Session:
             max_turns=max_turns,
             retry=retry,
         )
+        session._turns.use_snapshots(Snapshots.of(snapshots, root, project, agent, workspace))
+        return session
 
     # ------------------------------------------------------------------ context manager
 
@@ -436,6 +444,7 @@ class Session:
             self._emit(run, b.abort(mk.ABORT_BY_USER))
             return
         await self._turns.loop(run, self._max_turns, self._between_turns)
+        await self._turns.snapshot_at_run_end(run)
 
     async def _between_turns(self, run: Run, called: bool) -> bool:
         """After a completed turn: the compaction check (R-RUN-18), then steering (R-STEER-4);

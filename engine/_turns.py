@@ -40,6 +40,7 @@ from ._config import RETRYABLE_STATUSES, RetryPolicy, attempt_stamp, exhaustion_
 from ._protocols import LLM, Approval, ApproveFn, Environment, LLMOutcome, LLMRequest
 from ._recorder import Recorder
 from ._run import Attempt, Run, WriteFailed
+from ._snapshots import Snapshots
 
 __all__ = ["TurnRunner"]
 
@@ -77,8 +78,11 @@ class TurnRunner:
         retry: RetryPolicy,
         system_prompt: str,
         on_assistant_text: Callable[[str], None],
+        snapshots: Snapshots | None = None,
     ) -> None:
         self._rec = recorder
+        self._snapshots = snapshots
+        self._snapshot_due = False
         self._llm = llm
         self._env = environment
         self._retry = retry
@@ -147,8 +151,20 @@ class TurnRunner:
                     reason = mk.ABORT_DURING_BACKOFF
                 else:
                     continue
+            run.ended_by_abort = True
             self._rec.emit(b.abort(reason), run.push)
             return None
+
+    def use_snapshots(self, snapshots: Snapshots | None) -> None:
+        self._snapshots = snapshots
+
+    async def snapshot_at_run_end(self, run: Run) -> None:
+        """R-SNAP-1: the workspace as a run's tools left it, so that a later rewind can tell the
+        session's own changes from changes made outside it."""
+        snaps = self._snapshots
+        if snaps is None or not snaps.dirty or run.signal.aborted or run.ended_by_abort:
+            return
+        await snaps.take(lambda m: self._rec.emit(m, run.push))
 
     async def backoff(self, run: Run, delay_ms: int) -> bool:
         """Wait out one ladder step; returns True when the signal ended it (R-RETRY-12/13)."""
@@ -198,6 +214,7 @@ class TurnRunner:
         """
         push = run.push if dispatch else (on_message or (lambda _m: None))
         shown = run.push if dispatch else (lambda _m: None)
+        self._snapshot_due = dispatch and self._snapshots is not None
         self._rec.emit(b.request_begin(), shown)
         ctx = self._rec.context
         request = LLMRequest(
@@ -334,6 +351,11 @@ class TurnRunner:
         assert isinstance(p, ToolCallPayload)
         self._rec.emit(b.approval_decision(decision, p.tool_call_id), run.push)
         if decision == "allow":
+            if self._snapshots is not None:
+                if self._snapshot_due:  # R-SNAP-1: before the turn's first tool runs
+                    self._snapshot_due = False
+                    await self._snapshots.take(lambda m: self._rec.emit(m, run.push))
+                self._snapshots.dirty = True
             tools.start_soon(self._execute, run, call)
             return
         text = mk.DENIED_BY_USER if decision == "deny" else mk.DENIED_BY_POLICY

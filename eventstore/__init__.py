@@ -83,6 +83,7 @@ if TYPE_CHECKING:
         ToolDefinition,
         ToolListReadyPayload,
         UnknownPayload,
+        WorkspaceSnapshotPayload,
     )
     from ._sniff import not_a_trace
     from ._summaries import SummaryCache, sidecar_path
@@ -164,6 +165,8 @@ _LAZY: dict[str, str] = {
             "ToolDefinition",
             "ToolListReadyPayload",
             "UnknownPayload",
+            "WorkspaceSnapshotPayload",
+            "WorkspaceSnapshotPayload",
         ),
         "._schema",
     ),
@@ -241,6 +244,7 @@ __all__ = [
     "TraceWriteError",
     "TraceWriter",
     "UnknownPayload",
+    "WorkspaceSnapshotPayload",
     "complete_lines",
     "create_private",
     "decode",

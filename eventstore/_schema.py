@@ -295,6 +295,16 @@ class GoalFinishedPayload(_Payload, tag="goal_finished", kw_only=True, frozen=Tr
     tokens_used: int
 
 
+class WorkspaceSnapshotPayload(_Payload, tag="workspace_snapshot", kw_only=True, frozen=True):
+    """R-SNAP-1: the workspace as it was before a turn's tools ran (or at a run's end):
+    ``id`` names the manifest in the agent's snapshot store.  Not model context."""
+
+    id: str
+    files: int
+    bytes: int
+    skipped: int | None = None
+
+
 # --------------------------------------------------------------------------- session_meta, unknown
 
 
@@ -356,6 +366,7 @@ EventPayload: TypeAlias = (
     | McpConnectBeginPayload
     | McpConnectEndPayload
     | GoalFinishedPayload
+    | WorkspaceSnapshotPayload
 )
 Payload: TypeAlias = ModelPayload | EventPayload | SessionMetaPayload | UnknownPayload
 
@@ -391,6 +402,7 @@ EVENT_PAYLOAD_TYPES: Final[tuple[type[_Payload], ...]] = (
     McpConnectBeginPayload,
     McpConnectEndPayload,
     GoalFinishedPayload,
+    WorkspaceSnapshotPayload,
 )
 
 

@@ -46,11 +46,13 @@ from ._schema import (
     ToolDefinition,
     ToolListReadyPayload,
     UnknownPayload,
+    WorkspaceSnapshotPayload,
 )
 
 __all__ = [
     "abort",
     "goal_finished",
+    "workspace_snapshot",
     "approval_decision",
     "assistant_text",
     "compaction_begin",
@@ -479,3 +481,18 @@ def stop_reason_of(msg: OmniMessage) -> StopReason:
     """R-MSG-14: an absent ``stop_reason`` reads as ``completed``."""
     value: StopReason | None = getattr(msg.payload, "stop_reason", None)
     return value or "completed"
+
+
+def workspace_snapshot(
+    snapshot_id: str,
+    files: int,
+    size: int,
+    *,
+    skipped: int | None = None,
+    timestamp: str | None = None,
+) -> OmniMessage:
+    """R-SNAP-1: a snapshot of the workspace taken into the agent's snapshot store."""
+    return _event(
+        WorkspaceSnapshotPayload(id=snapshot_id, files=files, bytes=size, skipped=skipped or None),
+        timestamp,
+    )

@@ -21,6 +21,15 @@ if TYPE_CHECKING:
     from ._repair import RepairChange, RepairResult, repair_trace
     from ._replay_llm import ReplayEnvironment, ReplayLLM, recorded_approve
     from ._resume import load_session, resume_session
+    from ._rewind import (
+        RewindPlan,
+        RewindRefused,
+        RewindResult,
+        collect_snapshots,
+        plan_rewind,
+        rewind_session,
+        session_timeline,
+    )
     from ._timetravel import (
         Position,
         TracePoint,
@@ -37,6 +46,18 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("Difference", "TraceDiff", "diff_traces"), "._diff"),
     **dict.fromkeys(("export_trace", "redact_record"), "._export"),
     "fork_session": "._fork",
+    **dict.fromkeys(
+        (
+            "RewindPlan",
+            "RewindRefused",
+            "RewindResult",
+            "collect_snapshots",
+            "plan_rewind",
+            "rewind_session",
+            "session_timeline",
+        ),
+        "._rewind",
+    ),
     **dict.fromkeys(("ImportRefused", "ImportResult", "import_trace"), "._import"),
     "request_label": "._labels",
     **dict.fromkeys(("RepairChange", "RepairResult", "repair_trace"), "._repair"),
@@ -67,6 +88,13 @@ __all__ = [
     "diff_traces",
     "export_trace",
     "fork_session",
+    "RewindPlan",
+    "RewindRefused",
+    "RewindResult",
+    "collect_snapshots",
+    "plan_rewind",
+    "rewind_session",
+    "session_timeline",
     "golden",
     "import_trace",
     "load_session",

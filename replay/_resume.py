@@ -190,7 +190,17 @@ def _fold_earlier(
 
 # Session.create's keyword options that a resume takes (system_prompt is the recorded one).
 _OPTIONS: Final = frozenset(
-    {"compaction", "max_turns", "retry", "fsync", "mcp", "approval_rules", "sandbox", "network"}
+    {
+        "compaction",
+        "max_turns",
+        "retry",
+        "fsync",
+        "mcp",
+        "approval_rules",
+        "sandbox",
+        "network",
+        "snapshots",
+    }
 )
 
 

@@ -108,6 +108,7 @@ from eventstore import (
     ToolCallPayload,
     ToolDefinition,
     ToolListReadyPayload,
+    WorkspaceSnapshotPayload,
     encode,
 )
 from eventstore import builders as b
@@ -706,7 +707,7 @@ async def areplay_trace(
     session that used subagents are replayed from their own traces, found beside the parent's
     (R-SUB-3); a divergence in a child names the child's file."""
     trace, near = parent_files(trace)
-    located = load_located(trace)
+    located = _recorded(trace)
     children = _load_children(located, near)
     meta = next(
         (
@@ -795,6 +796,16 @@ def _structural_divergence(recorded: list[Located], actual: list[OmniMessage]) -
     )
 
 
+def _recorded(trace: TraceSource) -> list[Located]:
+    """The records a replay reproduces: workspace snapshots are left out (SPEC §27: a replay
+    runs no real tools, so it takes none, and they are not model context)."""
+    return [
+        loc
+        for loc in load_located(trace)
+        if not isinstance(loc.record.payload, WorkspaceSnapshotPayload)
+    ]
+
+
 def _replayable(steps: list[_Step], records: int) -> tuple[list[_Step], str | None, int]:
     """The steps up to the first one that cannot be replayed, why it stopped there, and the
     number of recorded records the comparison covers."""
@@ -846,7 +857,7 @@ def _load_children(located: list[Located], near: Path | None, depth: int = 0) ->
     that ran at once may have written their pointers in another order than their calls: each
     is paired with the first waiting call whose prompt it received."""
     links = child_links(located)
-    traces = [load_located(find_child_trace(link.session_id, near)) for link in links]
+    traces = [_recorded(find_child_trace(link.session_id, near)) for link in links]
     calls = [(link.call_id, link.prompt) for link in links]
     taken: set[str] = set()
     out: list[_Child] = []

@@ -52,6 +52,8 @@ COMMANDS: Final[dict[str, str]] = {
     "import": ".commands.import_:import_",
     "config": ".commands.config:config_app",
     "mcp": ".commands.mcp:mcp_app",
+    "rewind": ".commands.rewind:rewind",
+    "gc": ".commands.rewind:gc",
 }
 
 
