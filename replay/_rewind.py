@@ -279,20 +279,31 @@ def rewind_session(
     return RewindResult(plan=plan, new_session_id=new_id)
 
 
+def _confined(ws: Path, name: str) -> Path:
+    """``ws / name`` when its directory resolves inside the workspace: a restore never writes
+    or deletes through a symlinked directory (one the model may have planted)."""
+    path = ws / name
+    real = ws.resolve()
+    parent = path.parent.resolve()
+    if parent != real and real not in parent.parents:
+        raise RuntimeError(f"refusing to restore {name}: its directory leads outside {ws}")
+    return path
+
+
 def _restore(store: SnapshotStore, target: SnapshotManifest, plan: RewindPlan) -> None:
     ws = plan.workspace
     # Every blob is read (and checked against its hash) before the first file is touched.
     blobs = {n: store.read_blob(target.files[n].hash) for n in plan.create + plan.change}
     for name in plan.delete:
-        path = ws / name
+        path = _confined(ws, name)
         try:
             os.unlink(path)
         except FileNotFoundError:
             continue
         _prune(path.parent, ws)
     for name, data in blobs.items():
-        path = ws / name
-        path.parent.mkdir(parents=True, exist_ok=True)
+        (ws / name).parent.mkdir(parents=True, exist_ok=True)
+        path = _confined(ws, name)
         if path.is_symlink() or (path.exists() and not path.is_file()):
             raise RuntimeError(f"cannot restore {path}: something else than a file is there")
         tmp = path.with_name(f".{path.name}.rewind-{os.getpid()}.tmp")
