@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         plan_rewind,
         rewind_session,
         session_timeline,
+        task_changes,
     )
     from ._timetravel import (
         Position,
@@ -55,6 +56,8 @@ _LAZY: dict[str, str] = {
             "plan_rewind",
             "rewind_session",
             "session_timeline",
+            "task_changes",
+            "task_changes",
         ),
         "._rewind",
     ),
@@ -95,6 +98,7 @@ __all__ = [
     "plan_rewind",
     "rewind_session",
     "session_timeline",
+    "task_changes",
     "golden",
     "import_trace",
     "load_session",

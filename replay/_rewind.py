@@ -29,7 +29,7 @@ from eventstore import (
     file_index,
     read_trace,
 )
-from eventstore.snapshots import SnapshotManifest, SnapshotStore
+from eventstore.snapshots import SnapshotManifest, SnapshotStore, SnapshotStoreError
 from projections.markers import is_task_starting
 
 from ._fork import fork_session
@@ -39,11 +39,13 @@ __all__ = [
     "RewindRefused",
     "RewindResult",
     "SnapshotPoint",
+    "TaskChanges",
     "TaskPoint",
     "collect_snapshots",
     "plan_rewind",
     "rewind_session",
     "session_timeline",
+    "task_changes",
 ]
 
 
@@ -63,6 +65,10 @@ class SnapshotPoint:
     id: str
     files: int
     bytes: int
+
+    @property
+    def file_pos(self) -> tuple[int, int]:
+        return (self.file, self.ordinal)
 
 
 @dataclass(frozen=True)
@@ -186,6 +192,50 @@ def _snapshot_for(tl: Timeline, task: TaskPoint) -> str | None:
         return before[-1].id
     after = [s for s in tl.snapshots if (s.file, s.ordinal) > task.reply]
     return after[0].id if after else None
+
+
+@dataclass(frozen=True)
+class TaskChanges:
+    """What one task did to the workspace, by its snapshots (for a rewind picker)."""
+
+    task: int
+    prompt: str
+    reply: tuple[int, int] | None
+    created: list[str]
+    changed: list[str]
+    deleted: list[str]
+
+
+def task_changes(
+    root: DataRoot | str | os.PathLike[str] | None, session_id: str
+) -> list[TaskChanges]:
+    """Each task with the files it created, changed and deleted: its state before its first
+    tool ran against its state at its end (an empty list for a task that ran no tool)."""
+    data_root = root if isinstance(root, DataRoot) else DataRoot(root)
+    tl = session_timeline(data_root, session_id)
+    store = SnapshotStore(data_root, project=tl.project, agent=tl.agent)
+    out: list[TaskChanges] = []
+    for task in tl.tasks:
+        end = task.next_start
+        inside = [
+            s
+            for s in tl.snapshots
+            if s.file_pos >= task.start and (end is None or s.file_pos < end)
+        ]
+        created: list[str] = []
+        changed: list[str] = []
+        deleted: list[str] = []
+        if len(inside) >= 2 and inside[0].id != inside[-1].id:
+            try:
+                a = store.read_manifest(inside[0].id).files
+                b = store.read_manifest(inside[-1].id).files
+            except SnapshotStoreError:
+                a = b = {}
+            created = sorted(n for n in b if n not in a)
+            deleted = sorted(n for n in a if n not in b)
+            changed = sorted(n for n in b if n in a and a[n].hash != b[n].hash)
+        out.append(TaskChanges(task.number, task.prompt, task.reply, created, changed, deleted))
+    return out
 
 
 def _current(workspace: Path) -> SnapshotManifest:

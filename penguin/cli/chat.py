@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from prompt_toolkit import PromptSession
     from prompt_toolkit.formatted_text import AnyFormattedText
 
+    from replay import TaskChanges
+
 __all__ = ["HELP", "Chat", "parse_slash"]
 
 _SPINNER: Final = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -60,6 +62,8 @@ Type a task and press Enter; while it runs, a line you type steers it.
   /compact    compact the context now
   /goal[:budget] OBJECTIVE   pursue an objective over rounds (budget e.g. 500k)
   /fork       fork the session at its last completed task and go on in the fork
+  /rewind [N] list the tasks with the files each changed; with N: put the workspace back as
+              it was at the end of task N and go on in a fork from there
   /title      ask the model for a title
   /sessions   the most recent sessions
   /help       this help
@@ -188,6 +192,7 @@ class Chat:
         history: Path | None,
         list_sessions: Callable[[], list[str]],
         thinking: str | None = None,
+        task_changes: Callable[[], list[TaskChanges]] | None = None,
     ) -> None:
         self.session = session
         self.llm = llm
@@ -196,7 +201,9 @@ class Chat:
         self.history = history
         self._list_sessions = list_sessions
         self.thinking = thinking
+        self._task_changes = task_changes
         self.fork_requested = False
+        self.rewind_requested: int | None = None
         self._shown: dict[str, anyio.Event] = {}
         self.status = _Status()
         self.cancel: AbortSignal | None = None
@@ -355,8 +362,32 @@ class Chat:
         elif name == "fork":
             self.fork_requested = True  # the session is closed first: a fork needs it unlocked
             return False
+        elif name == "rewind":
+            return self._rewind(rest)
         else:
             self._print(Text(f"unknown command /{safe(name)} (/help lists them)", style="red"))
+        return True
+
+    def _rewind(self, arg: str) -> bool:
+        """``/rewind``: the picker (the last tasks, what each changed); ``/rewind N``: ask for
+        the rewind, which runs once the session is closed (a fork needs it unlocked)."""
+        if arg:
+            if not arg.isdigit():
+                self._print(Text("/rewind N: N is a task number (/rewind lists them)", style="red"))
+                return True
+            self.rewind_requested = int(arg)
+            return False
+        tasks = self._task_changes() if self._task_changes is not None else []
+        if not tasks:
+            self._print(Text("/rewind: no task yet", style="yellow"))
+        for t in tasks[-10:]:
+            what = [f"+{n}" for n in t.created] + [f"~{n}" for n in t.changed]
+            what += [f"-{n}" for n in t.deleted]
+            shown = " ".join(what[:6]) + (" …" if len(what) > 6 else "") or "no file changes"
+            prompt = safe(preview(t.prompt, 40), keep_newlines=False)
+            self._print(Text(f"  {t.task:>3}  {prompt}  {safe(shown, keep_newlines=False)}"))
+        if tasks:
+            self._print(Text("/rewind N rewinds to the end of task N", style="dim"))
         return True
 
     async def _line(self, line: str, tg: anyio.abc.TaskGroup) -> bool:

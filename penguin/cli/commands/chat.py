@@ -7,6 +7,7 @@ the chat loop (``chat``).
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from engine import LLM, Session
     from eventstore import DataRoot
     from penguin.cli.tasks.model import LlmOptions
+    from replay import TaskChanges
 
 __all__ = ["chat", "open_chat"]
 
@@ -78,7 +80,7 @@ def chat(
     Streams the answer, shows a spinner while the model or a tool is awaited, asks before each
     tool call (y/n/a at the prompt), and lets you steer a running task by typing.  Ctrl-C
     aborts the task; twice at an idle prompt quits.  Slash commands: /compact, /goal[:budget]
-    OBJECTIVE, /fork, /title, /sessions, /help, /exit.
+    OBJECTIVE, /fork, /rewind [N], /title, /sessions, /help, /exit.
     """
     with errors_to_exit_codes():
         from penguin.cli.tasks.model import LlmOptions
@@ -191,8 +193,12 @@ async def _chat(
                     history=history,
                     list_sessions=lambda: _recent(g, root),
                     thinking=thinking,
+                    task_changes=functools.partial(_task_changes, root, session.id),
                 )
                 await chat.run()
+            if chat.rewind_requested is not None:
+                session_id = _rewind_here(root, session, chat.rewind_requested)
+                continue
             if not chat.fork_requested:
                 return
             session_id = session.id
@@ -271,6 +277,44 @@ def _recent(g: Globals, root: DataRoot) -> list[str]:
     return [
         f"  {short_id(r.session_id)}  {r.status:<12} {(r.first_prompt or '')[:50]}" for r in rows
     ]
+
+
+def _task_changes(root: DataRoot, session_id: str) -> list[TaskChanges]:
+    from replay import task_changes
+
+    return task_changes(root, session_id)
+
+
+def _rewind_here(root: DataRoot, session: Session, task: int) -> str:
+    """``/rewind N``: show the plan, ask, restore and go on in the fork (or stay)."""
+    from rich.text import Text
+
+    from penguin.cli.commands.rewind import plan_lines
+    from penguin.cli.terminal.console import err_console, out_console
+    from replay import plan_rewind, rewind_session
+
+    out = out_console()
+    try:
+        plan = plan_rewind(root, session.id, to=task)
+        for line in plan_lines(plan):
+            out.print(Text(line), soft_wrap=True)
+        question = (
+            "Overwrite the files changed outside the session? [y/N] "
+            if plan.outside
+            else "Rewind? [y/N] "
+        )
+        typer.echo(question, nl=False, err=True)
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            out.print(Text("/rewind: nothing written", style="yellow"))
+            return session.id
+        result = rewind_session(root, session.id, to=task, force=bool(plan.outside))
+    except (CliError, ValueError, LookupError, OSError, RuntimeError) as exc:
+        err_console().print(Text(f"/rewind: {safe(str(exc))}", style="red"), soft_wrap=True)
+        return session.id
+    out.print(
+        Text(f"rewound; the chat goes on in {result.new_session_id}", style="cyan"), soft_wrap=True
+    )
+    return result.new_session_id
 
 
 def _fork_here(root: DataRoot, session: Session) -> str:
