@@ -25,6 +25,7 @@ __all__ = [
     "LoginBody",
     "Part",
     "Position",
+    "RewindBody",
     "SteerBody",
     "TaskBody",
     "read_body",
@@ -92,6 +93,15 @@ class Position(_Body):
 
 class ForkBody(_Body):
     at: Position
+
+
+class RewindBody(_Body):
+    """R-SNAP-2: a task number or the position of a task's final reply (one of the two)."""
+
+    task: int | None = None
+    at: Position | None = None
+    force: bool = False
+    dry_run: bool = False
 
 
 class LoginBody(_Body):

@@ -79,6 +79,14 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec(
         "POST", _S + "/fork", rc.fork, "Fork at a trace position", bd.ForkBody, (201, 400, 409)
     ),
+    RouteSpec(
+        "POST",
+        _S + "/rewind",
+        rc.rewind,
+        "Restore the workspace to a task's end and fork there (or ?dry_run: the plan)",
+        bd.RewindBody,
+        (200, 201, 400, 409),
+    ),
     RouteSpec("POST", _S + "/title", rc.title, "Generate a title (never recorded)"),
     RouteSpec("GET", _S + "/traces", rf.traces, "Trace files"),
     RouteSpec("GET", _S + "/traces/{n}", rf.trace_page, "Records of one file (?offset=&limit=)"),

@@ -24,6 +24,7 @@ from ._bodies import (
     ApprovalBody,
     ForkBody,
     Part,
+    RewindBody,
     SteerBody,
     TaskBody,
     TextPart,
@@ -32,7 +33,7 @@ from ._bodies import (
 from ._context import ctx_of, json_response
 from ._exceptions import ApiError
 
-__all__ = ["abort", "approve", "compact", "fork", "retry_now", "steer", "task", "title"]
+__all__ = ["abort", "approve", "compact", "fork", "retry_now", "rewind", "steer", "task", "title"]
 
 
 _MAGIC: Final = {
@@ -147,6 +148,40 @@ async def fork(request: Request) -> Response:
     child = await ctx.host.get(new_id)
     indexed = ctx.index.session_row(new_id)
     return json_response(ctx.row(child, indexed), 201)
+
+
+async def rewind(request: Request) -> Response:
+    """R-SNAP-2: ``dry_run`` answers the plan (200); otherwise the workspace is restored and the
+    conversation forked (201, the fork's row under ``session``)."""
+    ctx = ctx_of(request)
+    h = await ctx.host.get(request.path_params["id"])
+    body = await read_body(request, RewindBody, limit=ctx.body_limit)
+    if (body.task is None) == (body.at is None):
+        raise ApiError(400, "bad_rewind_point", "give either task or at")
+    to: tuple[int, int] | int
+    if body.at is not None:
+        to = (body.at.file, body.at.ordinal)
+    else:
+        assert body.task is not None
+        to = body.task
+    plan, new_id = await ctx.host.rewind(h, to, force=body.force, dry_run=body.dry_run)
+    shown = {
+        "task": plan.task,
+        "at": {"file": plan.at[0], "ordinal": plan.at[1]},
+        "snapshot": plan.snapshot,
+        "create": plan.create,
+        "change": plan.change,
+        "delete": plan.delete,
+        "outside": plan.outside,
+    }
+    if new_id is None:
+        return json_response({"plan": shown})
+    ctx.session_created_event(new_id, "rewind")
+    await ctx.refresh_index(max_age=0)
+    child = await ctx.host.get(new_id)
+    return json_response(
+        {"plan": shown, "session": ctx.row(child, ctx.index.session_row(new_id))}, 201
+    )
 
 
 async def title(request: Request) -> Response:

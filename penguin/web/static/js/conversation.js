@@ -35,6 +35,24 @@ export function conversationView(root, id) {
       const row = await call("/fork", { at: { file: position.file, ordinal: position.ordinal } });
       if (row) location.hash = `#/s/${enc(row.id)}`;
     },
+    onRewind: async (position) => {
+      // R-SNAP-2: show what the rewind will write, then restore and go on in the fork.
+      const at = { file: position.file, ordinal: position.ordinal };
+      const dry = await call("/rewind", { at, dry_run: true });
+      if (!dry) return;
+      const p = dry.plan;
+      const files = [...p.create.map((n) => `create ${n}`), ...p.change.map((n) => `change ${n}`),
+        ...p.delete.map((n) => `delete ${n}`)];
+      let question = `Put the workspace back as it was at the end of task ${p.task}?\n\n`
+        + (p.snapshot === null ? "No snapshot before this point: no file changes."
+          : files.length ? files.join("\n") : "The workspace already matches.");
+      if (p.outside.length) {
+        question += `\n\nChanged outside the session since its last snapshot (overwritten):\n${p.outside.join("\n")}`;
+      }
+      if (!window.confirm(visible(question))) return;
+      const res = await call("/rewind", { at, force: p.outside.length > 0 });
+      if (res) location.hash = `#/s/${enc(res.session.id)}`;
+    },
     onDecide: (callId, decision) => call(`/approvals/${enc(callId)}`, { decision }),
     onRetryWait: (p) => startCountdown(p.retry_in_ms),
     onRequestBegin: () => stopCountdown(),

@@ -11,9 +11,9 @@ const ATTACHED = /^\[attached image: (.+)\]$/;
 const STEERING = /^\[user_steering\]\n([\s\S]*?)\n\[\/user_steering\]$/;
 
 export class Transcript {
-  constructor({ sessionId, onFork, onDecide, onRetryWait, onAuthFailure, onRequestBegin }) {
+  constructor({ sessionId, onFork, onRewind, onDecide, onRetryWait, onAuthFailure, onRequestBegin }) {
     this.sessionId = sessionId;
-    this.cb = { onFork, onDecide, onRetryWait, onAuthFailure, onRequestBegin };
+    this.cb = { onFork, onRewind, onDecide, onRetryWait, onAuthFailure, onRequestBegin };
     this.blocks = [];
     this.first = 0;  // index of the first block built into the DOM
     this.tools = new Map();  // tool_call_id -> tool block
@@ -341,7 +341,8 @@ const RENDER = {
     return h("div", { class: "msg assistant" },
       h("div", { class: "who" }, "Assistant",
         b.stop && b.stop !== "completed" ? h("span", { class: "tag warn" }, b.stop) : null,
-        forkable ? h("button", { class: "link fork", title: "Start a new session from this reply", onclick: () => t.cb.onFork(b.position) }, "Fork from here") : null),
+        forkable ? h("button", { class: "link fork", title: "Start a new session from this reply", onclick: () => t.cb.onFork(b.position) }, "Fork from here") : null,
+        forkable ? h("button", { class: "link rewind", title: "Put the workspace back as it was after this reply and continue from here in a new session", onclick: () => t.cb.onRewind(b.position) }, "Rewind to here") : null),
       h("div", { class: "body md" }, markdown(b.text || "")));
   },
   thinking(b) {
