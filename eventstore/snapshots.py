@@ -1,10 +1,10 @@
-"""The workspace snapshot store (SPEC §27, R-SNAP-1/3): blobs by hash, manifests by hash.
+"""The workspace snapshot store (SPEC §27, R-SNAP-1/3): blobs and trees by hash.
 
 Owns: ``<agent_state>/snapshots/`` — ``blobs/<h[:2]>/<h>`` (a file's bytes, named by their
-SHA-256) and ``manifests/<id>.json`` (one snapshot: every file's relative path, size, mode,
-mtime and blob hash; ``id`` is the SHA-256 of the manifest's canonical bytes) — writing each
-once (0600, atomically, never through a symlink), reading them back verified, and removing the
-ones no kept snapshot names (``collect``).  The store is shared by the sessions of one agent, so
+SHA-256) and ``trees/<h[:2]>/<h>`` (one directory of a snapshot, as git stores trees: each
+name with its blob hash, size, mode and mtime, or its subdirectory's tree id; a snapshot's id
+is its root tree's) — writing each once (0600, atomically, never through a symlink), reading
+them back verified, and removing what no kept snapshot reaches (``collect``).  The store is shared by the sessions of one agent, so
 a fork or a rewind refers to the same blobs without copying them.  Does not: scan a workspace
 (``engine``), decide when a snapshot is taken, or restore files (``replay``).
 """
@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -74,13 +74,13 @@ def hash_bytes(data: bytes) -> str:
 
 @dataclass(frozen=True)
 class CollectResult:
-    manifests: int
+    trees: int
     blobs: int
     bytes: int
 
 
 class SnapshotStore:
-    """Blobs and manifests under ``<agent_state>/snapshots`` of one agent."""
+    """Blobs and trees under ``<agent_state>/snapshots`` of one agent."""
 
     def __init__(self, root: DataRoot, *, project: str, agent: str) -> None:
         self._root = root
@@ -115,69 +115,128 @@ class SnapshotStore:
             raise SnapshotStoreError("blob does not match its hash", path=path)
         return data
 
-    # ------------------------------------------------------------------ manifests
+    # ------------------------------------------------------------------ manifests (trees)
 
-    def manifest_path(self, snapshot_id: str) -> Path:
-        if not _HASH.match(snapshot_id):
-            raise ValueError(f"not a snapshot id: {snapshot_id!r}")
-        return self.path / "manifests" / f"{snapshot_id}.json"
+    def tree_path(self, tree_id: str) -> Path:
+        if not _HASH.match(tree_id):
+            raise ValueError(f"not a snapshot id: {tree_id!r}")
+        return self.path / "trees" / tree_id[:2] / tree_id
 
     def put_manifest(self, manifest: SnapshotManifest) -> str:
-        """Store ``manifest`` once (after its blobs: a crash leaves at most unreferenced
-        files, which ``collect`` removes); returns its id."""
-        data = _ENCODER.encode(manifest)
-        snapshot_id = hash_bytes(data)
-        target = self.manifest_path(snapshot_id)
+        """Store ``manifest`` as one tree object per directory, as git does, so a snapshot that
+        changed one file writes the trees on that file's path and nothing else.  Written after
+        the blobs; a crash leaves at most unreferenced files, which ``collect`` removes.
+        Returns the root tree's id: the snapshot's id."""
+        dirs: dict[str, dict[str, list[Any]]] = {"": {}}
+        for path, e in manifest.files.items():
+            parent, _, name = path.rpartition("/")
+            dirs.setdefault(parent, {})[name] = ["f", e.hash, e.size, e.mode, e.mtime_ns]
+        for path in manifest.skipped:
+            parent, _, name = path.rpartition("/")
+            dirs.setdefault(parent, {})[name] = ["s"]
+        for d in list(dirs):
+            while d:
+                d = d.rpartition("/")[0]
+                dirs.setdefault(d, {})
+        root_id = ""
+        for d in sorted(dirs, key=lambda x: -(x.count("/") + 1 if x else 0)):
+            tree_id = self._put_tree(dirs[d])
+            if d:
+                parent, _, name = d.rpartition("/")
+                dirs[parent][name] = ["d", tree_id]
+            else:
+                root_id = tree_id
+        return root_id
+
+    def _put_tree(self, entries: dict[str, list[Any]]) -> str:
+        data = _ENCODER.encode({"v": 1, "e": entries})
+        tree_id = hash_bytes(data)
+        target = self.tree_path(tree_id)
         if not target.is_file():
             self._root.write_private(target, data)
-        return snapshot_id
+        return tree_id
 
-    def read_manifest(self, snapshot_id: str) -> SnapshotManifest:
-        path = self.manifest_path(snapshot_id)
+    def _read_tree(self, tree_id: str) -> dict[str, list[Any]]:
+        path = self.tree_path(tree_id)
         try:
             data = path.read_bytes()
         except FileNotFoundError:
-            raise SnapshotStoreError("snapshot manifest missing", path=path) from None
-        if hash_bytes(data) != snapshot_id:
-            raise SnapshotStoreError("manifest does not match its id", path=path)
+            raise SnapshotStoreError("snapshot tree missing (removed by gc?)", path=path) from None
+        if hash_bytes(data) != tree_id:
+            raise SnapshotStoreError("snapshot tree does not match its id", path=path)
         try:
-            return msgspec.json.decode(data, type=SnapshotManifest)
+            entries = msgspec.json.decode(data, type=_Tree).e
         except msgspec.DecodeError as exc:
-            raise SnapshotStoreError(f"unreadable manifest: {exc}", path=path) from None
+            raise SnapshotStoreError(f"unreadable snapshot tree: {exc}", path=path) from None
+        return entries
+
+    def _walk(self, tree_id: str, prefix: str, visit: _Visit) -> None:
+        visit.tree(tree_id)
+        for name, entry in self._read_tree(tree_id).items():
+            kind = entry[0] if entry else None
+            if kind == "d":
+                self._walk(str(entry[1]), f"{prefix}{name}/", visit)
+            elif kind == "f":
+                visit.file(f"{prefix}{name}", ManifestEntry(*entry[1:5]))
+            elif kind == "s":
+                visit.skipped.append(f"{prefix}{name}")
+
+    def read_manifest(self, snapshot_id: str) -> SnapshotManifest:
+        """The snapshot's files, every tree read and checked against its id."""
+        visit = _Visit()
+        self._walk(snapshot_id, "", visit)
+        return SnapshotManifest(files=visit.files, skipped=visit.skipped)
 
     def has_manifest(self, snapshot_id: str) -> bool:
-        return self.manifest_path(snapshot_id).is_file()
+        return self.tree_path(snapshot_id).is_file()
 
     # ------------------------------------------------------------------ garbage collection
 
     def collect(self, keep: Iterable[str], *, dry_run: bool = False) -> CollectResult:
-        """Remove every manifest not in ``keep`` and every blob no kept manifest names
-        (R-SNAP-3).  A kept id whose manifest is unreadable keeps nothing of its own."""
-        kept = set(keep)
-        live: set[str] = set()
-        manifests = blobs = size = 0
-        mdir = self.path / "manifests"
-        for entry in _list(mdir):
-            snapshot_id = entry.name.removesuffix(".json")
-            if snapshot_id in kept and _HASH.match(snapshot_id):
+        """Remove every tree and blob that no snapshot in ``keep`` reaches (R-SNAP-3).  A kept
+        snapshot whose trees are unreadable keeps what could be read of it."""
+        visit = _Visit()
+        for snapshot_id in set(keep):
+            if _HASH.match(snapshot_id):
                 try:
-                    live.update(e.hash for e in self.read_manifest(snapshot_id).files.values())
+                    self._walk(snapshot_id, "", visit)
                 except SnapshotStoreError:
                     pass
-                continue
-            manifests += 1
-            size += _size(entry)
-            if not dry_run:
-                _unlink(entry)
-        for bucket in _list(self.path / "blobs"):
-            for entry in _list(bucket):
-                if entry.name in live:
-                    continue
-                blobs += 1
-                size += _size(entry)
-                if not dry_run:
-                    _unlink(entry)
-        return CollectResult(manifests=manifests, blobs=blobs, bytes=size)
+        live_blobs = {e.hash for e in visit.all_files}
+        trees = blobs = size = 0
+        for kind, live in (("trees", visit.trees), ("blobs", live_blobs)):
+            for bucket in _list(self.path / kind):
+                for entry in _list(bucket):
+                    if entry.name in live:
+                        continue
+                    if kind == "trees":
+                        trees += 1
+                    else:
+                        blobs += 1
+                    size += _size(entry)
+                    if not dry_run:
+                        _unlink(entry)
+        return CollectResult(trees=trees, blobs=blobs, bytes=size)
+
+
+class _Tree(msgspec.Struct):
+    e: dict[str, list[Any]]
+    v: int = 1
+
+
+class _Visit:
+    def __init__(self) -> None:
+        self.files: dict[str, ManifestEntry] = {}
+        self.skipped: list[str] = []
+        self.trees: set[str] = set()
+        self.all_files: list[ManifestEntry] = []
+
+    def tree(self, tree_id: str) -> None:
+        self.trees.add(tree_id)
+
+    def file(self, path: str, entry: ManifestEntry) -> None:
+        self.files[path] = entry
+        self.all_files.append(entry)
 
 
 def _list(directory: Path) -> list[Path]:

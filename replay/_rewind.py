@@ -384,7 +384,7 @@ def collect_snapshots(
         for record in read_trace(info.files, report=False).records:
             if isinstance(record.payload, WorkspaceSnapshotPayload):
                 ids.add(record.payload.id)
-    totals = {"manifests": 0, "blobs": 0, "bytes": 0}
+    totals = {"trees": 0, "blobs": 0, "bytes": 0}
     for project_dir in _children(data_root.home):
         for agent_dir in _children(project_dir / "agents"):
             pair = (project_dir.name, agent_dir.name)
@@ -395,7 +395,7 @@ def collect_snapshots(
             except ValueError:
                 continue
             done = store.collect(keep.get(pair, set()), dry_run=dry_run)
-            totals["manifests"] += done.manifests
+            totals["trees"] += done.trees
             totals["blobs"] += done.blobs
             totals["bytes"] += done.bytes
     return totals

@@ -123,12 +123,15 @@ def test_r_snap_1_a_snapshot_before_tools_and_at_run_end_nothing_stored_twice(
     # Before task 2's tools the workspace is as task 1 left it.
     assert _hashes(root, snaps[2].id) == _hashes(root, snaps[3].id)
     store = SnapshotStore(root, project="default_project", agent="default_agent")
-    manifests = list((store.path / "manifests").iterdir())
-    assert len(manifests) == len({s.id for s in snaps})
+    trees = [p for p in (store.path / "trees").rglob("*") if p.is_file()]
+    # One tree per directory per distinct state: the root's five states, dir/ once (task 3
+    # removed it) and new/ once.
+    assert len({s.id for s in snaps}) == 5
+    assert len(trees) == 5 + 1 + 1
     blobs = [p for p in (store.path / "blobs").rglob("*") if p.is_file()]
     # keep, one, bee, two, n: each content stored once.
     assert len(blobs) == 5
-    for path in [*manifests, *(store.path / "blobs").rglob("*")]:
+    for path in [*trees, *(store.path / "blobs").rglob("*")]:
         if path.is_file():
             assert path.stat().st_mode & 0o777 == 0o600
 
@@ -137,7 +140,7 @@ def test_r_snap_1_an_unchanged_workspace_costs_a_scan_and_no_write(tmp_path: Pat
     script = {"responses": [_call("read_file", path="keep.txt"), _text("read")] * 3}
     root, _ws, _sid, _states = anyio.run(_record, tmp_path, script, 3)
     store = SnapshotStore(root, project="default_project", agent="default_agent")
-    assert len(list((store.path / "manifests").iterdir())) == 1
+    assert len([p for p in (store.path / "trees").rglob("*") if p.is_file()]) == 1
     assert len([p for p in (store.path / "blobs").rglob("*") if p.is_file()]) == 1
 
 
@@ -262,8 +265,8 @@ def test_r_snap_3_gc_keeps_what_kept_sessions_name(tmp_path: Path) -> None:
     for info in fork:
         for path in info.files:
             path.unlink()
-    assert collect_snapshots(root)["manifests"] >= 1
-    assert list((store.path / "manifests").iterdir()) == []
+    assert collect_snapshots(root)["trees"] >= 1
+    assert [p for p in (store.path / "trees").rglob("*") if p.is_file()] == []
     assert [p for p in (store.path / "blobs").rglob("*") if p.is_file()] == []
 
 

@@ -168,7 +168,7 @@ def gc(
             return
         verb = "would remove" if dry_run else "removed"
         _console().print(
-            f"{verb} {done['manifests']} snapshot(s) and {done['blobs']} blob(s), "
+            f"{verb} {done['trees']} snapshot tree(s) and {done['blobs']} blob(s), "
             f"{done['bytes']:,} bytes",
             markup=False,
             highlight=False,
