@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import stat
 import time
 from collections.abc import Callable, Iterator
@@ -66,10 +67,30 @@ class ScanResult:
     hashed: int  # files read and hashed (the rest were trusted by size and mtime)
 
 
+class _Ignore:
+    """One ``.gitignore``: git's rules through pathspec, but a file without negations is one
+    alternation of its patterns' regexes (a single ``search`` per path: the scan's hot spot)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.spec = pathspec.GitIgnoreSpec.from_lines(lines)
+        patterns = [p for p in self.spec.patterns if p.include is not None]
+        self.fast: re.Pattern[str] | None = None
+        regexes = [getattr(p, "regex", None) for p in patterns]
+        if all(p.include for p in patterns) and all(isinstance(r, re.Pattern) for r in regexes):
+            joined = "|".join(f"(?:{r.pattern})" for r in regexes if isinstance(r, re.Pattern))
+            # pathspec names its groups; one alternation may repeat a name, so drop them.
+            self.fast = re.compile(re.sub(r"\(\?P<[^>]+>", "(", joined) or "(?!)")
+
+    def match(self, path: str) -> bool:
+        if self.fast is not None:
+            return self.fast.search(path) is not None
+        return bool(self.spec.match_file(path))
+
+
 def _walk(workspace: Path) -> Iterator[tuple[str, os.stat_result]]:
     """Every regular file under ``workspace`` not ignored by a ``.gitignore`` on its way, as
     (relative POSIX path, lstat), in a stable order."""
-    specs: list[tuple[str, pathspec.GitIgnoreSpec]] = []
+    specs: list[tuple[str, _Ignore]] = []
 
     def visit(directory: Path, rel: str) -> Iterator[tuple[str, os.stat_result]]:
         pushed = False
@@ -79,7 +100,7 @@ def _walk(workspace: Path) -> Iterator[tuple[str, os.stat_result]]:
         except OSError:
             lines = []
         if lines:
-            specs.append((rel, pathspec.GitIgnoreSpec.from_lines(lines)))
+            specs.append((rel, _Ignore(lines)))
             pushed = True
         try:
             entries = sorted(os.scandir(directory), key=lambda e: e.name)
@@ -94,7 +115,7 @@ def _walk(workspace: Path) -> Iterator[tuple[str, os.stat_result]]:
             is_dir = stat.S_ISDIR(st.st_mode)
             if is_dir and entry.name == ".git":
                 continue
-            if _ignored(specs, path, is_dir):
+            if specs and _ignored(specs, path, is_dir):
                 continue
             if is_dir:
                 yield from visit(Path(entry.path), f"{path}/")
@@ -106,10 +127,10 @@ def _walk(workspace: Path) -> Iterator[tuple[str, os.stat_result]]:
     yield from visit(workspace, "")
 
 
-def _ignored(specs: list[tuple[str, pathspec.GitIgnoreSpec]], path: str, is_dir: bool) -> bool:
+def _ignored(specs: list[tuple[str, _Ignore]], path: str, is_dir: bool) -> bool:
     for base, spec in specs:
         local = path[len(base) :]
-        if spec.match_file(local + "/" if is_dir else local):
+        if spec.match(local + "/" if is_dir else local):
             return True
     return False
 
@@ -143,7 +164,8 @@ def scan_workspace(
         mode = stat.S_IMODE(st.st_mode)
         mtime = st.st_mtime_ns if now - st.st_mtime_ns > _RACY_NS else 0
         if prior is not None and prior.size == st.st_size and prior.mtime_ns == st.st_mtime_ns:
-            files[rel] = ManifestEntry(prior.hash, st.st_size, mode, mtime)
+            same = prior.mode == mode and prior.mtime_ns == mtime
+            files[rel] = prior if same else ManifestEntry(prior.hash, st.st_size, mode, mtime)
             continue
         if new_bytes + st.st_size > settings.max_snapshot_bytes:
             skipped.append(rel)

@@ -17,11 +17,12 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 
 from ._layout import DataRoot
+from ._private import write_private
 
 __all__ = [
     "CollectResult",
@@ -85,6 +86,18 @@ class SnapshotStore:
     def __init__(self, root: DataRoot, *, project: str, agent: str) -> None:
         self._root = root
         self.path = root.agent_state(project, agent) / "snapshots"
+        self._checked: set[Path] = set()  # directories known to be under the root, private
+        # directory -> (its entries, its tree id) of the last manifest put: an unchanged
+        # directory is not encoded, hashed or looked up again.
+        self._trees: dict[str, tuple[tuple[tuple[str, _TreeEntry], ...], str]] = {}
+
+    def _write(self, target: Path, data: bytes) -> None:
+        """Write a new object once: the root check of its directory is done once per store."""
+        parent = target.parent
+        if parent not in self._checked:
+            self._root.ensure_dir(parent)
+            self._checked.add(parent)
+        write_private(target, data)
 
     # ------------------------------------------------------------------ blobs
 
@@ -102,7 +115,7 @@ class SnapshotStore:
         target = self.blob_path(digest)
         if target.is_file():
             return digest, False
-        self._root.write_private(target, data)
+        self._write(target, data)
         return digest, True
 
     def read_blob(self, digest: str) -> bytes:
@@ -127,36 +140,45 @@ class SnapshotStore:
         changed one file writes the trees on that file's path and nothing else.  Written after
         the blobs; a crash leaves at most unreferenced files, which ``collect`` removes.
         Returns the root tree's id: the snapshot's id."""
-        dirs: dict[str, dict[str, list[Any]]] = {"": {}}
+        dirs: dict[str, dict[str, _TreeEntry]] = {"": {}}
         for path, e in manifest.files.items():
             parent, _, name = path.rpartition("/")
-            dirs.setdefault(parent, {})[name] = ["f", e.hash, e.size, e.mode, e.mtime_ns]
+            found = dirs.get(parent)
+            if found is None:
+                found = dirs[parent] = {}
+            found[name] = e
         for path in manifest.skipped:
             parent, _, name = path.rpartition("/")
-            dirs.setdefault(parent, {})[name] = ["s"]
+            dirs.setdefault(parent, {})[name] = None
         for d in list(dirs):
             while d:
                 d = d.rpartition("/")[0]
                 dirs.setdefault(d, {})
         root_id = ""
         for d in sorted(dirs, key=lambda x: -(x.count("/") + 1 if x else 0)):
-            tree_id = self._put_tree(dirs[d])
+            key = tuple(dirs[d].items())
+            cached = self._trees.get(d)
+            if cached is not None and cached[0] == key:
+                tree_id = cached[1]
+            else:
+                tree_id = self._put_tree(dirs[d])
+                self._trees[d] = (key, tree_id)
             if d:
                 parent, _, name = d.rpartition("/")
-                dirs[parent][name] = ["d", tree_id]
+                dirs[parent][name] = tree_id
             else:
                 root_id = tree_id
         return root_id
 
-    def _put_tree(self, entries: dict[str, list[Any]]) -> str:
-        data = _ENCODER.encode({"v": 1, "e": entries})
+    def _put_tree(self, entries: dict[str, _TreeEntry]) -> str:
+        data = _ENCODER.encode(_Tree(e=entries))
         tree_id = hash_bytes(data)
         target = self.tree_path(tree_id)
         if not target.is_file():
-            self._root.write_private(target, data)
+            self._write(target, data)
         return tree_id
 
-    def _read_tree(self, tree_id: str) -> dict[str, list[Any]]:
+    def _read_tree(self, tree_id: str) -> dict[str, _TreeEntry]:
         path = self.tree_path(tree_id)
         try:
             data = path.read_bytes()
@@ -173,13 +195,12 @@ class SnapshotStore:
     def _walk(self, tree_id: str, prefix: str, visit: _Visit) -> None:
         visit.tree(tree_id)
         for name, entry in self._read_tree(tree_id).items():
-            kind = entry[0] if entry else None
-            if kind == "d":
-                self._walk(str(entry[1]), f"{prefix}{name}/", visit)
-            elif kind == "f":
-                visit.file(f"{prefix}{name}", ManifestEntry(*entry[1:5]))
-            elif kind == "s":
+            if isinstance(entry, str):
+                self._walk(entry, f"{prefix}{name}/", visit)
+            elif entry is None:
                 visit.skipped.append(f"{prefix}{name}")
+            else:
+                visit.file(f"{prefix}{name}", entry)
 
     def read_manifest(self, snapshot_id: str) -> SnapshotManifest:
         """The snapshot's files, every tree read and checked against its id."""
@@ -219,8 +240,12 @@ class SnapshotStore:
         return CollectResult(trees=trees, blobs=blobs, bytes=size)
 
 
+# In a tree: a file's entry, a subdirectory's tree id, or ``None`` for a file left out by a cap.
+_TreeEntry = ManifestEntry | str | None
+
+
 class _Tree(msgspec.Struct):
-    e: dict[str, list[Any]]
+    e: dict[str, _TreeEntry]
     v: int = 1
 
 
