@@ -27,6 +27,8 @@ from eventstore import (
     TextPayload,
     WorkspaceSnapshotPayload,
     file_index,
+    lock_path_of,
+    probe_lock,
     read_trace,
 )
 from eventstore.snapshots import SnapshotManifest, SnapshotStore, SnapshotStoreError
@@ -375,20 +377,28 @@ def _prune(directory: Path, workspace: Path) -> None:
 def collect_snapshots(
     root: DataRoot | str | os.PathLike[str] | None, *, dry_run: bool = False
 ) -> dict[str, int]:
-    """``penguin gc`` (R-SNAP-3): remove the snapshot manifests and blobs that no
-    ``workspace_snapshot`` record of a kept session refers to, agent by agent."""
+    """``penguin gc`` (R-SNAP-3): remove the snapshot trees and blobs that no
+    ``workspace_snapshot`` record of a kept session refers to, agent by agent.  An agent one of
+    whose sessions a writer holds open is left alone (counted in ``skipped_agents``)."""
     data_root = root if isinstance(root, DataRoot) else DataRoot(root)
     keep: dict[tuple[str, str], set[str]] = {}
+    busy: set[tuple[str, str]] = set()
     for info in data_root.sessions():
         ids = keep.setdefault((info.project, info.agent), set())
+        if info.files and probe_lock(lock_path_of(info.files[-1])).held:
+            # A live writer may be between storing a snapshot and recording it.
+            busy.add((info.project, info.agent))
         for record in read_trace(info.files, report=False).records:
             if isinstance(record.payload, WorkspaceSnapshotPayload):
                 ids.add(record.payload.id)
-    totals = {"trees": 0, "blobs": 0, "bytes": 0}
+    totals = {"trees": 0, "blobs": 0, "bytes": 0, "skipped_agents": 0}
     for project_dir in _children(data_root.home):
         for agent_dir in _children(project_dir / "agents"):
             pair = (project_dir.name, agent_dir.name)
             if not (agent_dir / "agent_state" / "snapshots").is_dir():
+                continue
+            if pair in busy:
+                totals["skipped_agents"] += 1
                 continue
             try:
                 store = SnapshotStore(data_root, project=pair[0], agent=pair[1])

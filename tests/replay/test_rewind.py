@@ -317,3 +317,46 @@ def test_r_snap_1_a_crash_mid_snapshot_records_no_half_snapshot(tmp_path: Path) 
     store = SnapshotStore(root, project="default_project", agent="default_agent")
     assert store.has_blob(__import__("hashlib").sha256(b"payload\n").hexdigest())
     assert collect_snapshots(root)["blobs"] == 1  # the residue goes at the next gc
+
+
+def test_r_snap_3_gc_leaves_an_agent_alone_while_a_session_is_open(tmp_path: Path) -> None:
+    root, ws, sid, _states = anyio.run(_record, tmp_path)
+    store = SnapshotStore(root, project="default_project", agent="default_agent")
+    orphan, _ = store.put_blob(b"residue")
+
+    async def with_open_session() -> dict[str, int]:
+        session = await resume_session(
+            root, sid, llm=ScriptedLLM({"responses": []}), environment=LocalEnvironment(ws)
+        )
+        async with session:  # the resumed session holds the lock
+            return collect_snapshots(root)
+
+    done = anyio.run(with_open_session)
+    assert done["skipped_agents"] == 1 and store.has_blob(orphan)
+    assert collect_snapshots(root)["blobs"] == 1 and not store.has_blob(orphan)
+
+
+def test_r_snap_2_penguin_rewind_and_gc_commands(tmp_path: Path) -> None:
+    from clikit import invoke
+
+    root, ws, sid, states = anyio.run(_record, tmp_path)
+    home = str(root.home)
+    dry = invoke("--home", home, "rewind", sid, "--to", "1", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert "create keep.txt" in dry.output and "delete new/c" in dry.output
+    assert _state(ws) == states[3]
+    bad = invoke("--home", home, "rewind", sid, "--to", "x")
+    assert bad.exit_code != 0 and "task number" in bad.output
+    (ws / "outside.txt").write_text("mine")
+    refused = invoke("--home", home, "rewind", sid, "--to", "1", "--yes")
+    assert refused.exit_code != 0 and "outside" in refused.output
+    assert (ws / "outside.txt").exists()
+    done = invoke("--home", home, "rewind", sid, "--to", "2", "--yes", "--force", "--json")
+    assert done.exit_code == 0, done.output
+    import json
+
+    shown = json.loads(done.output)
+    assert shown["task"] == 2 and shown["new_session_id"] != sid
+    assert _state(ws) == states[2]
+    gc = invoke("--home", home, "gc", "--dry-run")
+    assert gc.exit_code == 0 and "would remove 0 snapshot tree(s)" in gc.output

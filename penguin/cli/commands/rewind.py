@@ -167,9 +167,17 @@ def gc(
             write_json({**done, "dry_run": dry_run})
             return
         verb = "would remove" if dry_run else "removed"
-        _console().print(
+        out = _console()
+        out.print(
             f"{verb} {done['trees']} snapshot tree(s) and {done['blobs']} blob(s), "
             f"{done['bytes']:,} bytes",
             markup=False,
             highlight=False,
         )
+        if done["skipped_agents"]:
+            out.print(
+                f"left alone: {done['skipped_agents']} agent(s) with a session open in another "
+                "process (run gc again when it has ended)",
+                markup=False,
+                highlight=False,
+            )
