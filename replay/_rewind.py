@@ -45,6 +45,7 @@ __all__ = [
     "TaskPoint",
     "collect_snapshots",
     "plan_rewind",
+    "restore_workspace",
     "rewind_session",
     "session_timeline",
     "task_changes",
@@ -324,11 +325,20 @@ def rewind_session(
             outside=plan.outside,
         )
     new_id = fork_session(data_root, session_id, at=plan.at)
-    if plan.snapshot is not None:
-        location = data_root.locate(session_id)
-        store = SnapshotStore(data_root, project=location.project, agent=location.agent)
-        _restore(store, store.read_manifest(plan.snapshot), plan)
+    restore_workspace(data_root, plan)
     return RewindResult(plan=plan, new_session_id=new_id)
+
+
+def restore_workspace(root: DataRoot | str | os.PathLike[str] | None, plan: RewindPlan) -> None:
+    """Write the workspace back to ``plan``'s snapshot (a host that forks the conversation
+    itself, as ``penguin serve`` does, calls this after its fork).  Every blob is read and
+    checked before the first file is touched."""
+    if plan.snapshot is None:
+        return
+    data_root = root if isinstance(root, DataRoot) else DataRoot(root)
+    location = data_root.locate(plan.session_id)
+    store = SnapshotStore(data_root, project=location.project, agent=location.agent)
+    _restore(store, store.read_manifest(plan.snapshot), plan)
 
 
 def _confined(ws: Path, name: str) -> Path:

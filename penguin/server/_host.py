@@ -50,14 +50,7 @@ from eventstore import (
     validate_id,
 )
 from penguin._goal import GoalRounds
-from replay import (
-    RewindPlan,
-    RewindRefused,
-    fork_session,
-    plan_rewind,
-    resume_session,
-    rewind_session,
-)
+from replay import fork_session, resume_session
 
 from . import _controls as controls
 from ._channel import BufferPool, Channel
@@ -583,37 +576,6 @@ class SessionHost:
             raise ApiError(400, "bad_fork_point", "the session has no records yet") from None
         self._on_created(new_id, "fork")
         return new_id
-
-    async def rewind(
-        self, h: Hosted, to: tuple[int, int] | int, *, force: bool, dry_run: bool
-    ) -> tuple[RewindPlan, str | None]:
-        """R-SNAP-2: the plan (``dry_run``), or the plan carried out and the fork's id."""
-        if h.busy is not None:
-            raise ApiError(409, "task_in_progress", "the session is busy")
-        try:
-            plan = await anyio.to_thread.run_sync(lambda: plan_rewind(self.root, h.id, to=to))
-        except (ValueError, FileNotFoundError) as exc:
-            raise ApiError(400, "bad_rewind_point", str(exc)) from None
-        if dry_run:
-            return plan, None
-        if plan.outside and not force:
-            raise ApiError(
-                409,
-                "rewind_refused",
-                f"{len(plan.outside)} file(s) changed outside the session since its last "
-                "snapshot; send force to overwrite them",
-            )
-        await self._unload(h)  # our own lock would refuse the fork (R-FORK-5)
-        try:
-            result = await anyio.to_thread.run_sync(
-                lambda: rewind_session(self.root, h.id, to=to, force=force)
-            )
-        except SessionLocked as exc:
-            raise ApiError(409, "session_locked", str(exc)) from None
-        except RewindRefused as exc:
-            raise ApiError(409, "rewind_refused", str(exc)) from None
-        self._on_created(result.new_session_id, "rewind")
-        return result.plan, result.new_session_id
 
     async def delete(self, h: Hosted) -> None:
         if h.busy is not None:

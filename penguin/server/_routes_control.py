@@ -11,12 +11,14 @@ import base64
 import binascii
 from typing import Final
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 
 from engine import GoalOptions
 from eventstore import OmniMessage
 from eventstore import builders as b
+from replay import plan_rewind, restore_workspace
 
 from . import _controls as controls
 from ._bodies import (
@@ -164,7 +166,11 @@ async def rewind(request: Request) -> Response:
     else:
         assert body.task is not None
         to = body.task
-    plan, new_id = await ctx.host.rewind(h, to, force=body.force, dry_run=body.dry_run)
+    root = ctx.host.root
+    try:
+        plan = await anyio.to_thread.run_sync(lambda: plan_rewind(root, h.id, to=to))
+    except (ValueError, FileNotFoundError) as exc:
+        raise ApiError(400, "bad_rewind_point", str(exc)) from None
     shown = {
         "task": plan.task,
         "at": {"file": plan.at[0], "ordinal": plan.at[1]},
@@ -174,8 +180,17 @@ async def rewind(request: Request) -> Response:
         "delete": plan.delete,
         "outside": plan.outside,
     }
-    if new_id is None:
+    if body.dry_run:
         return json_response({"plan": shown})
+    if plan.outside and not body.force:
+        raise ApiError(
+            409,
+            "rewind_refused",
+            f"{len(plan.outside)} file(s) changed outside the session since its last snapshot; "
+            "send force to overwrite them",
+        )
+    new_id = await ctx.host.fork(h, plan.at)  # the conversation first, as rewind_session does
+    await anyio.to_thread.run_sync(lambda: restore_workspace(root, plan))
     ctx.session_created_event(new_id, "rewind")
     await ctx.refresh_index(max_age=0)
     child = await ctx.host.get(new_id)
