@@ -371,12 +371,15 @@ class _Step:
 
 
 def _goal_round(record: OmniMessage) -> tuple[int, str, str] | None:
-    """A goal round input's round number, body and full text."""
+    """A goal round input's round number, body and full text: a goal block that goal mode
+    wrote (it names the goal file, R-GOAL-3), not any text that starts like one."""
     p = record.payload
     if record.origin is not None or not isinstance(p, TextPayload) or p.role != "user":
         return None
     found = mk.goal_round_of(p.text)
-    return None if found is None else (found[0], found[1], p.text)
+    if found is None or "\nGoal file: " not in p.text.split("\n[/goal]", 1)[0]:
+        return None
+    return found[0], found[1], p.text
 
 
 def _goal_step(located: list[Located], n: int, steps: list[_Step]) -> _Step | None:
@@ -398,6 +401,9 @@ def _goal_step(located: list[Located], n: int, steps: list[_Step]) -> _Step | No
     if round_no > 1:
         step.prompt = []  # R-GOAL-7: continued with GoalOptions(resume=True)
         step.goal.continued = True  # type: ignore[union-attr]
+        earlier = [s.goal for s in steps if s.goal is not None]
+        if not earlier or earlier[-1].outcome not in (None, "aborted"):
+            step.unreplayable = "a goal continued from one this trace does not hold"
     return step
 
 

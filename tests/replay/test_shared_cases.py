@@ -243,3 +243,31 @@ async def test_live_prompt_with_a_goal_text_and_a_second_text_is_sent_as_written
     carried = llm.requests[2].messages[-2].payload
     assert isinstance(carried, TextPayload)
     assert "[user_input][goal round 9 of an ended goal run" in carried.text
+
+
+# --------------------------------------------------------------------------- golden replay
+
+
+@pytest.mark.needs_shared(GOAL)
+def test_goal_case_trace_replays_with_every_run_compared() -> None:
+    """R-GOLD-3..5: an engine-written session with an abort, a failed mid-task compaction, a
+    resume and a crash at its end (the file stops at a ``request_begin``) replays whole; its
+    goal-looking prompt is not a goal-mode round (it names no goal file)."""
+    from replay.golden import replay_trace
+
+    result = replay_trace(list(GOAL.glob("*.jsonl")))
+    assert str(result) == "match"
+    assert result.runs_compared == result.runs_total == 3
+
+
+@pytest.mark.needs_shared(CARRY)
+def test_carry_case_trace_is_compared_up_to_its_disk_fault() -> None:
+    """R-GOLD-5: the run that a disk fault ended (R-TRACE-15) cannot be reproduced: what comes
+    before it matches, and the result says why the rest was not compared."""
+    from replay.golden import replay_trace
+
+    result = replay_trace(list(CARRY.glob("*.jsonl")))
+    assert result.matched and not result.complete
+    assert result.partial_reason == (
+        "2 of 4 runs compared: run 3 contains a trace write failure (R-TRACE-15)"
+    )
