@@ -37,6 +37,7 @@ from eventstore import (
     ToolCallPayload,
 )
 from eventstore.builders import user_text
+from projections import markers as mk
 
 from .errors import CliError
 from .tasks.goal import GoalView, goal_options
@@ -68,6 +69,12 @@ Type a task and press Enter; while it runs, a line you type steers it.
   /sessions   the most recent sessions
   /help       this help
   /exit       quit (also Ctrl-D)"""
+
+
+def _round_input(text: str) -> str:
+    """A goal round's input shown as the round, not its protocol block."""
+    found = mk.goal_round_of(text)
+    return text if found is None else f"[goal round {found[0]}] {found[1]}"
 
 
 def parse_slash(line: str) -> tuple[str, str, str]:
@@ -439,6 +446,37 @@ class Chat:
         self._print(Text("(Ctrl-C again, Ctrl-D or /exit to quit)", style="dim"))
         return True
 
+    def _recap(self) -> None:
+        """A resumed chat starts where the conversation stands: the last exchange and what
+        carries over to the next message (issue 30 item 6), not a blank screen."""
+        from penguin.cli.views.inspect import describe
+
+        asked = answered = None
+        for m in reversed(self.session.context.history):
+            p = m.payload
+            if m.origin is not None or not isinstance(p, TextPayload):
+                continue
+            if p.role == "assistant" and answered is None and asked is None:
+                answered = p.text
+            elif p.role == "user" and not mk.is_steering(p.text):
+                asked = p.text
+                break
+        carried = self.session.context.pending
+        if asked is None and answered is None and not carried:
+            return
+        turns = self.session.state.turns_total
+        self._print(Text(f"resumed after {turns} turn(s); the last exchange:", style="dim"))
+        if asked is not None:
+            self._print(Text(f"› {preview(_round_input(asked), 300)}", style="bold"))
+        if answered is not None:
+            self._print(Text(preview(answered, 600)))
+        if carried:
+            self._print(
+                Text(f"carried over to your next message ({len(carried)}):", style="yellow")
+            )
+            for m in carried:
+                self._print(Text(f"  {describe(m)}", style="yellow"))
+
     def _message(self) -> AnyFormattedText:
         """The prompt: the streaming answer's unfinished line above the input line (not in the
         prompt left on screen once a line is entered: the answer goes on below it)."""
@@ -509,6 +547,7 @@ class Chat:
             header.append(label, style=style)
             header.append("  (/help)", style="bold")
             self._print(header)
+            self._recap()
             try:
                 async with anyio.create_task_group() as tg:
                     await self._loop(prompt, tg)

@@ -224,3 +224,45 @@ def test_chat_approval_reasks_takes_one_key_and_exit_quits(scripted: Any) -> Non
     ]
     assert decisions == ["allow"]
     assert [f for f in validate_session(info.files) if f.severity == "error"] == []
+
+
+# --------------------------------------------------------------------------- item 6 (recap)
+
+
+def test_resuming_a_chat_shows_the_last_exchange_and_the_carry_over(tmp_path: Path) -> None:
+    """R-CLI-2 / R-CARRY: ``penguin chat SESSION`` opens on where the conversation stands —
+    the last exchange, and what an aborted turn carries over to the next message."""
+    from clikit import SID, meta, trace_file, turn, write_records
+
+    from eventstore import builders as b
+
+    home, ws = tmp_path / "home", tmp_path / "ws"
+    ws.mkdir()
+    write_records(
+        trace_file(home),
+        [
+            meta(),
+            b.user_text("first task"),
+            *turn("the first answer"),
+            b.user_text("second task"),
+            b.request_begin(),
+            b.assistant_text("half an ans", stop_reason="aborted"),
+            b.request_end("aborted"),
+            b.abort("aborted by user"),
+        ],
+    )
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"model_id": "demo", "responses": [[{"text": "ok"}]]}))
+    argv = [str(PENGUIN), "--home", str(home), "chat", SID, "--script", str(script)]
+    term = spawn([*argv, "--workspace", str(ws)])
+    try:
+        term.wait_for("/help for commands")
+        term.wait_for("carried over to your next message (1)")
+        screen = term.text
+        assert screen.index("› first task") < screen.index("the first answer")
+        assert "resumed after 1 turn(s)" in screen
+        assert "half an ans" in screen.split("carried over", 1)[1]
+        term.type("/exit\r")
+        assert term.finish() == 0, term.text
+    finally:
+        term.close()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -49,8 +48,10 @@ from eventstore import (
     ToolCallPayload,
     encode,
 )
+from eventstore.builders import user_text
 from penguin.cli.errors import CliError
 from penguin.cli.terminal.console import quiet_stdout
+from penguin.cli.terminal.keyboard import Keyboard, restore_terminal
 from penguin.cli.terminal.safe import preview, safe, safe_json_bytes
 from penguin.cli.views.render import StreamRenderer, short_id
 
@@ -185,58 +186,27 @@ def build_compaction(
 # --------------------------------------------------------------------------- approvals
 
 
-class _StdinLines:
-    """Lines from stdin, read on demand by a daemon thread so that an abandoned prompt (Ctrl-C)
-    neither blocks the event loop nor keeps the process alive at exit."""
-
-    def __init__(self) -> None:
-        self._ready: AbortSignal | None = None
-        self._box: list[str] = []
-
-    async def readline(self, cancel: AbortSignal) -> str | None:
-        """The next line ("" at end of input), or None when ``cancel`` fires first."""
-        if self._ready is None:
-            ready = AbortSignal()  # a thread-safe one-shot flag that wakes the loop
-            box: list[str] = []
-            stdin = sys.stdin
-
-            def work() -> None:
-                try:
-                    line = stdin.readline()
-                except (OSError, ValueError):
-                    line = ""
-                box.append(line)
-                ready.abort()
-
-            self._ready, self._box = ready, box
-            threading.Thread(target=work, name="penguin-stdin", daemon=True).start()
-        ready = self._ready
-        got = False
-        async with anyio.create_task_group() as tg:
-
-            async def on_cancel() -> None:
-                await cancel.wait()
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(on_cancel)
-            await ready.wait()
-            got = True
-            tg.cancel_scope.cancel()
-        if not got:
-            return None
-        self._ready = None
-        return self._box[0]
+_YES: Final = ("y", "yes")
+_NO: Final = ("n", "no")
+_ALL: Final = ("a", "all")
+_QUIT: Final = ("/exit", "/quit")
 
 
 class _Asker:
-    """``--approve ask``: y = allow, n (or anything else) = deny, a = allow this and the rest."""
+    """``--approve ask``: y = allow, n = deny, a = allow this and the rest; on a terminal one
+    key answers (no Enter).  Any other answer asks again (it was a silent deny, issue 30 item
+    3); ``/exit`` ends the run (aborted: the call is not run)."""
 
-    def __init__(self, renderer: StreamRenderer, err: Console, cancel: AbortSignal) -> None:
+    def __init__(
+        self, renderer: StreamRenderer, err: Console, cancel: AbortSignal, keyboard: Keyboard
+    ) -> None:
         self._renderer = renderer
         self._err = err
         self._cancel = cancel
-        self._lines = _StdinLines()
+        self._keys = keyboard
         self._allow_rest = False
+        self._one_at_a_time = anyio.Lock()  # a subagent may ask while its parent does
+        self.steer: Callable[[str], None] = lambda _line: None
         # Keyed by (origin, call id): a subagent's call ids may repeat its parent's.
         self._shown: dict[tuple[tuple[str, ...], str], anyio.Event] = {}
 
@@ -267,6 +237,10 @@ class _Asker:
         return not self._cancel.aborted
 
     async def __call__(self, call: OmniMessage) -> Approval:
+        async with self._one_at_a_time:
+            return await self._ask(call)
+
+    async def _ask(self, call: OmniMessage) -> Approval:
         if self._allow_rest:
             return "allow"
         if self._cancel.aborted:
@@ -289,19 +263,80 @@ class _Asker:
             ),
             soft_wrap=True,
         )
-        self._err.print(Text("allow? [y]es / [n]o / [a]ll from now on: "), end="")
-        self._err.file.flush()
-        line = await self._lines.readline(self._cancel)
-        if line is None:
-            self._err.print()
+        keys = self._keys
+        if keys.tty:  # lines typed before the question are steering, not answers
+            for line in keys.pending_lines():
+                self.steer(line)
+        keys.asking = True
+        try:
+            with keys.single_keys():
+                answer = await self._answer()
+        finally:
+            keys.asking = False
+        if answer is None:
             return "deny"
-        answer = line.strip().lower()
-        if line == "":
-            self._err.print(Text("(end of input: denied)", style="dim"))
-        if answer in ("a", "all"):
+        if answer in _QUIT:
+            self._cancel.abort("quit at the approval prompt")
+            return "deny"
+        if answer in _ALL:
             self._allow_rest = True
-            return "allow"
-        return "allow" if answer in ("y", "yes") else "deny"
+        return "allow" if answer in (*_YES, *_ALL) else "deny"
+
+    async def _answer(self) -> str | None:
+        """y/n/a (or yes/no/all, or /exit), asked again until it is one; None: end of input
+        (denied, and said so) or the run was aborted."""
+        prompt = "allow? [y]es / [n]o / [a]ll from now on: "
+        while True:
+            self._err.print(Text(prompt), end="")
+            self._err.file.flush()
+            answer = await (self._typed_key() if self._keys.tty else self._typed_line())
+            if answer is None:
+                self._err.print()
+                if not self._cancel.aborted:
+                    self._err.print(Text("(end of input: denied)", style="dim"))
+                return None
+            answer = answer.strip().lower()
+            if answer in (*_YES, *_NO, *_ALL, *_QUIT):
+                return answer
+            self._err.print(
+                Text(
+                    "answer y (yes), n (no) or a (all from now on); /exit ends the run, "
+                    "Ctrl-C aborts it",
+                    style="magenta",
+                ),
+                soft_wrap=True,
+            )
+
+    async def _typed_line(self) -> str | None:
+        return await self._keys.line(self._cancel)
+
+    async def _typed_key(self) -> str | None:
+        """One key; ``/`` starts a typed command (echoed, ended by Enter)."""
+        key = await self._keys.key(self._cancel)
+        if key is None:
+            return None
+        if key != "/":
+            shown = {"y": "yes", "n": "no", "a": "all"}.get(key.lower(), "")
+            self._err.print(Text(shown))  # ends the prompt's line
+            return key if shown else key + "?"  # "?": a stray key is no answer
+        typed = key
+        self._err.file.write(key)
+        self._err.file.flush()
+        while True:
+            key = await self._keys.key(self._cancel)
+            if key is None:
+                return None
+            if key in "\r\n":
+                self._err.print()
+                return typed
+            if key in "\x7f\b":
+                if typed:
+                    typed = typed[:-1]
+                    self._err.file.write("\b \b")
+            elif key.isprintable():
+                typed += key
+                self._err.file.write(key)
+            self._err.file.flush()
 
 
 class _RefuseWithNotice:
@@ -329,7 +364,11 @@ class _RefuseWithNotice:
 
 
 def _approver(
-    mode: ApproveMode, renderer: StreamRenderer, err: Console, cancel: AbortSignal
+    mode: ApproveMode,
+    renderer: StreamRenderer,
+    err: Console,
+    cancel: AbortSignal,
+    keyboard: Keyboard,
 ) -> ApproveFn:
     if mode == "allow-all":
         return allow_all
@@ -337,7 +376,7 @@ def _approver(
         return deny_all
     if mode == "refuse":
         return _RefuseWithNotice(renderer, err)
-    return _Asker(renderer, err, cancel)
+    return _Asker(renderer, err, cancel, keyboard)
 
 
 # --------------------------------------------------------------------------- the run
@@ -410,6 +449,7 @@ class RunOutcome:
 
 
 def _quit_now() -> None:
+    restore_terminal()
     try:
         sys.stdout.flush()
         sys.stderr.write("\n[interrupt] quit\n")
@@ -452,12 +492,37 @@ async def drive(
     """Run one task on an entered ``session``, rendering or printing JSON lines as it streams."""
     cancel = AbortSignal()
     renderer = StreamRenderer(out)
-    approve_fn = _approver(approve, renderer, err, cancel)
+    keyboard = Keyboard()
+    approve_fn = _approver(approve, renderer, err, cancel, keyboard)
     note = approve_fn.note if isinstance(approve_fn, _Asker) else None
     aborted = False
     count = 0
+
+    def steer(line: str) -> None:
+        """A line typed during the run: steering (R-STEER), or said not to be sent."""
+        if not line.strip():
+            return
+        sent = session.steer([user_text(line.strip())])
+        renderer.break_line()
+        note_text = (
+            "[steer] sent to the running task"
+            if sent
+            else "[steer] not sent: the task is ending (continue with `penguin resume "
+            f"{safe(session.id, keep_newlines=False)} -m …`)"
+        )
+        err.print(Text(note_text, style="cyan"), soft_wrap=True)
+
+    if isinstance(approve_fn, _Asker):
+        approve_fn.steer = steer
+
+    async def steering() -> None:
+        while (line := await keyboard.line(AbortSignal(), steering=True)) is not None:
+            steer(line)
+
     async with anyio.create_task_group() as tg:
         await tg.start(_interrupts, cancel, err)
+        if keyboard.tty:  # a pipe on stdin holds answers, not steering
+            tg.start_soon(steering)
         countdown = _Countdown(err, tg)
         stream = session.run(
             prompt, approve=approve_fn, signal=cancel, goal=goal, thinking_level=thinking
