@@ -442,6 +442,38 @@ class _Reader:
             quiet_stdout()
 
 
+class _Steering:
+    """Lines typed during a run (on a terminal): each is steering (R-STEER), or is said not to
+    be sent (issue 30 item 7: they were echoed into the output and dropped)."""
+
+    def __init__(
+        self, session: Session, keyboard: Keyboard, renderer: StreamRenderer, err: Console
+    ) -> None:
+        self._session, self._keyboard, self._renderer, self._err = (
+            session,
+            keyboard,
+            renderer,
+            err,
+        )
+
+    def send(self, line: str) -> None:
+        if not line.strip():
+            return
+        sent = self._session.steer([user_text(line.strip())])
+        self._renderer.break_line()
+        note = (
+            "[steer] sent to the running task"
+            if sent
+            else "[steer] not sent: the task is ending (continue with `penguin resume "
+            f"{safe(self._session.id, keep_newlines=False)} -m …`)"
+        )
+        self._err.print(Text(note, style="cyan"), soft_wrap=True)
+
+    async def listen(self) -> None:
+        while (line := await self._keyboard.line(AbortSignal(), steering=True)) is not None:
+            self.send(line)
+
+
 @dataclass(slots=True)
 class RunOutcome:
     aborted: bool
@@ -498,31 +530,14 @@ async def drive(
     aborted = False
     count = 0
 
-    def steer(line: str) -> None:
-        """A line typed during the run: steering (R-STEER), or said not to be sent."""
-        if not line.strip():
-            return
-        sent = session.steer([user_text(line.strip())])
-        renderer.break_line()
-        note_text = (
-            "[steer] sent to the running task"
-            if sent
-            else "[steer] not sent: the task is ending (continue with `penguin resume "
-            f"{safe(session.id, keep_newlines=False)} -m …`)"
-        )
-        err.print(Text(note_text, style="cyan"), soft_wrap=True)
-
+    steering = _Steering(session, keyboard, renderer, err)
     if isinstance(approve_fn, _Asker):
-        approve_fn.steer = steer
-
-    async def steering() -> None:
-        while (line := await keyboard.line(AbortSignal(), steering=True)) is not None:
-            steer(line)
+        approve_fn.steer = steering.send
 
     async with anyio.create_task_group() as tg:
         await tg.start(_interrupts, cancel, err)
         if keyboard.tty:  # a pipe on stdin holds answers, not steering
-            tg.start_soon(steering)
+            tg.start_soon(steering.listen)
         countdown = _Countdown(err, tg)
         stream = session.run(
             prompt, approve=approve_fn, signal=cancel, goal=goal, thinking_level=thinking
