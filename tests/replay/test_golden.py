@@ -851,3 +851,54 @@ async def test_an_aborted_goal_and_its_continuation_are_compared(tmp_path: Path)
     result = await areplay_trace(DataRoot(tmp_path / "home").trace_files(session.id))
     assert result.matched and result.complete, result
     assert result.runs_total == 2
+
+
+@pytest.mark.anyio
+async def test_manual_compactions_aborted_mid_stream_and_in_backoff_replay(tmp_path: Path) -> None:
+    """R-GOLD-2, R-GOLD-4: a manual compaction aborted while its summary streams and one
+    aborted in its backoff wait (``compaction_end`` aborted, no ``abort``) are fired again at
+    those points; the run after them is compared too."""
+    from engine import AbortSignal, CompactionSettings, Session
+
+    llm = ScriptedLLM(
+        {
+            "responses": [
+                [{"text": "Hi there."}],
+                [{"text": ["[summary]Greet", "ing so far"]}],
+                [{"text": "half"}, {"fail": {"status": "timeout", "message": "slow"}}],
+                [{"text": "Next."}],
+            ]
+        }
+    )
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    session = await Session.create(
+        llm=llm,
+        environment=ScriptedEnvironment.from_llm(llm),
+        root=tmp_path / "home",
+        workspace=ws,
+        compaction=CompactionSettings(max_context_length=0),
+        retry=RetryPolicy(base_ms=5, cap_ms=10),
+    )
+    async with session:
+        await collect(session.run([b.user_text("hello")], approve=allow_all))
+        streamed = AbortSignal()
+        seen: list[OmniMessage] = []
+
+        def on_message(msg: OmniMessage) -> None:
+            seen.append(msg)
+            if len(seen) == 2:  # the summary's start and first delta
+                streamed.abort()
+
+        assert await session.compact(signal=streamed, on_message=on_message) == "aborted"
+        waiting = AbortSignal()
+        session.add_backoff_listener(lambda _ms: waiting.abort())
+        assert await session.compact(signal=waiting) == "aborted"
+        await collect(session.run([b.user_text("again")], approve=allow_all))
+    paths = DataRoot(tmp_path / "home").trace_files(session.id)
+    ends = [
+        r.payload for r in read_trace(paths).records if isinstance(r.payload, CompactionEndPayload)
+    ]
+    assert [(e.reason, e.status) for e in ends] == [("manual", "aborted")] * 2
+    result = await areplay_trace(paths)
+    assert str(result) == "match" and result.runs_total == 2
