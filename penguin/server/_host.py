@@ -378,6 +378,8 @@ class SessionHost:
             and h.busy is None
             and not h.pending
             and not h.closing.is_set()
+            # A session created here and not written yet exists only in memory: keep it.
+            and session.state.records > 0
             # The carry-over of an interrupted task lives only in memory (R-INT): keep it.
             and not session.context.pending
             and anyio.current_time() - self._used.get(h.id, 0.0) >= idle

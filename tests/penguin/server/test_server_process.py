@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -43,11 +44,11 @@ async def test_r_srv_14_sigterm_aborts_the_task_and_exits_0(tmp_path: Path) -> N
             start = time.monotonic()
             child.process.send_signal(signal.SIGTERM)
             seen = []
-            try:
+            # The stream ends cleanly (issue 29): EOFError, never a broken chunked body
+            # (httpx.RemoteProtocolError).
+            with contextlib.suppress(EOFError):
                 while True:
                     seen.append(await rd.next())
-            except (EOFError, httpx.HTTPError):
-                pass
         with anyio.fail_after(10):
             code = await child.process.wait()
         assert code == 0 and time.monotonic() - start < 10

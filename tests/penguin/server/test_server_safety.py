@@ -397,6 +397,25 @@ async def test_an_idle_session_lets_a_cli_resume_run_and_streams_it_live(tmp_pat
         assert texts[4] == "hi" and len(texts) == 6, texts
 
 
+async def test_a_session_with_nothing_written_yet_is_never_released(tmp_path: Path) -> None:
+    """It exists only in memory until its first record: releasing it would lose it (found by
+    the server bench: a 500 on the first task of sessions created and left idle)."""
+    llm = scripted([{"text": "ok"}])
+    async with served(tmp_path, llm_factory=llm, idle_release=0.05) as srv:
+        empty = await srv.new_session()
+        used = await srv.new_session()
+        assert (await srv.post(f"/api/sessions/{used}/tasks", TEXT)).status_code == 202
+        await _messages_when_idle(srv, used)
+        (lock,) = tmp_path.rglob(f"{used}.lock")
+        with anyio.fail_after(20):
+            while not _lock_is_free(lock):
+                await anyio.sleep(0.05)  # waits for the idle release; orders nothing
+        # The releaser has passed over ``empty`` several times by now.
+        assert (await srv.post(f"/api/sessions/{empty}/tasks", TEXT)).status_code == 202
+        msgs = await _messages_when_idle(srv, empty)
+        assert "ok" in [m["message"]["payload"].get("text") for m in msgs]
+
+
 async def _messages_when_idle(srv: Any, sid: str) -> list[dict[str, Any]]:
     with anyio.fail_after(20):
         while True:

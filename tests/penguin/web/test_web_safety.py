@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from webkit import TOKEN, Server, penguin_serve, shot
 
@@ -187,3 +189,75 @@ def test_r_web_4_the_trace_view_pages_beyond_2000_records(page: Any, server: Ser
     assert page.locator(".records .more").count() == 0
     page.locator(".record button.at >> text=1:2399").click()  # beyond the first page
     page.wait_for_selector(".context >> text=At 1:2399")
+
+
+class _Third:
+    """Another web app on 127.0.0.1, on a third port: it records the headers browsers send."""
+
+    def __init__(self) -> None:
+        import http.server
+
+        seen: list[dict[str, str]] = []
+        self.seen = seen
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                seen.append(dict(self.headers.items()))
+                self.send_response(200)
+                self.send_header("content-type", "text/plain")
+                self.end_headers()
+                self.wfile.write(b"another app")
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_r_srv_1_in_a_browser_another_ports_app_gets_nothing_usable(
+    browser: Any, server: Server, tmp_path: Path
+) -> None:
+    """Issue 29 acceptance in Chromium: logged in to two servers on two ports, the browser
+    visits a third app on a third port; that app receives both login cookies and can
+    authenticate to neither server with them; both Web Apps stay logged in."""
+    third = _Third()
+    try:
+        with penguin_serve(tmp_path, {"responses": [[{"text": "x"}]]}) as other:
+            context = browser.new_context()
+            try:
+                page = context.new_page()
+                for srv in (server, other):
+                    page.goto(srv.login_url)
+                    page.wait_for_selector("table.sessions")
+                page.goto(f"{third.base}/")
+                assert "another app" in page.content()
+                cookie = third.seen[-1].get("Cookie", "")
+                names = sorted(c.split("=", 1)[0].strip() for c in cookie.split(";"))
+                ports = sorted(s.base.rsplit(":", 1)[1] for s in (server, other))
+                assert names == sorted(f"penguin_session_{p}" for p in ports)
+                assert TOKEN not in cookie
+                values = [c.split("=", 1)[1] for c in cookie.split(";")]
+                for srv in (server, other):
+                    attempts = [{"Cookie": cookie}]
+                    attempts += [{"Authorization": f"Bearer {v}"} for v in values]
+                    attempts += [{"Cookie": cookie, "X-Penguin-Key": v} for v in values]
+                    with httpx.Client(base_url=srv.base, timeout=30) as thief:
+                        for headers in attempts:
+                            r = thief.get("/api/sessions", headers=headers)
+                            assert r.status_code == 401, (srv.base, headers)
+                # Both logins still work in the browser (neither cookie overwrote the other).
+                for srv in (server, other):
+                    page.goto(f"{srv.base}/#/")
+                    page.wait_for_selector("table.sessions")
+                    assert page.locator(".card.login").count() == 0
+            finally:
+                context.close()
+    finally:
+        third.close()
