@@ -66,6 +66,9 @@ class CreateSessionBody(_Body):
     approval: ApprovalMode | None = None
     compaction: CompactionBody | bool | None = None
     max_turns: int | None = None
+    # SPEC §25: the tools' sandbox; None = the environment's default (workspace-write, TCP off).
+    sandbox: Literal["workspace-write", "read-only", "off"] | None = None
+    network: bool | None = None
 
 
 class GoalBody(_Body):

@@ -86,6 +86,8 @@ class ServerContext:
             base["state"] = h.state
             base["title"] = h.title
             base["approval"] = h.approval
+            live = None if session is None else session.sandbox
+            base["sandbox"] = h.sandbox if live is None else live.settings()
             base["last_active"] = base.get("last_active") or _iso(h.last_active)
         else:
             base.update(state="idle", title=None)

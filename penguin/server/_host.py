@@ -31,6 +31,8 @@ from engine import (
     GoalOptions,
     LocalEnvironment,
     RetryPolicy,
+    SandboxMode,
+    SandboxUnavailable,
     Session,
     check_workspace,
 )
@@ -243,6 +245,8 @@ class SessionHost:
         max_turns: int,
         project: str = DEFAULT_PROJECT,
         agent: str = DEFAULT_AGENT,
+        sandbox: SandboxMode | None = None,
+        network: bool | None = None,
     ) -> Hosted:
         if not self.accepting:
             raise ApiError(503, "shutting_down", "the server is shutting down")
@@ -265,13 +269,19 @@ class SessionHost:
                 max_turns=max_turns,
                 retry=self._retry,
                 fsync=self._fsync,
+                sandbox=sandbox,
+                network=network,
             )
+        except SandboxUnavailable as exc:  # R-BOX-2: the session does not start
+            await _close_llm(llm)
+            raise ApiError(409, "sandbox_unavailable", str(exc)) from None
         except (FileNotFoundError, NotADirectoryError) as exc:
             # Gone between the check and the session's own (the same check, R-SESSION-1).
             await _close_llm(llm)
             raise ApiError(400, "workspace_not_found", str(exc)) from None
         h = self._new_hosted(session.id, project, agent, (0, 0))
         h.approval, h.compaction, h.max_turns, h.model = approval, compaction, max_turns, model
+        h.sandbox = None if session.sandbox is None else session.sandbox.settings()
         await self._hold(h, session, llm)
         self._on_created(h.id, "server")
         return h
@@ -301,7 +311,11 @@ class SessionHost:
                     max_turns=h.max_turns,
                     retry=self._retry,
                     fsync=self._fsync,
+                    **({} if h.sandbox is None else _box_options(h.sandbox)),
                 )
+            except SandboxUnavailable as exc:
+                await _close_llm(llm)
+                raise ApiError(409, "sandbox_unavailable", str(exc)) from None
             except SessionLocked as exc:
                 await _close_llm(llm)
                 who = f"process {exc.holder_pid}" if exc.holder_pid else "another process"
@@ -598,3 +612,8 @@ def _recorded_workspace(files: list[Path]) -> Path:
                 return Path(record.payload.workspace)
             break
     raise ApiError(409, "trace_unreadable", "the session has no session_meta record")
+
+
+def _box_options(sandbox: dict[str, Any]) -> dict[str, Any]:
+    """``resume_session``'s ``sandbox``/``network`` from a hosted session's record of them."""
+    return {"sandbox": sandbox.get("mode"), "network": sandbox.get("network")}

@@ -53,6 +53,8 @@ class Hosted:
     compaction: CompactionSettings | None = Session.DEFAULT_COMPACTION
     max_turns: int = DEFAULT_MAX_TURNS
     model: str | None = None
+    # SPEC §25: what the session was created with, given again when it is loaded again.
+    sandbox: dict[str, Any] | None = None
     session: Session | None = None
     llm: Any = None
     closing: anyio.Event = field(default_factory=anyio.Event)

@@ -92,6 +92,8 @@ async def create_session(request: Request) -> Response:
         approval=body.approval or ctx.host.approval,
         compaction=compaction,
         max_turns=body.max_turns or DEFAULT_MAX_TURNS,
+        sandbox=body.sandbox,
+        network=body.network,
     )
     ctx.session_created_event(h.id, "server")
     return json_response(ctx.row(h, None), 201)

@@ -227,3 +227,20 @@ def test_r_web_3_compact_then_disabled_with_the_reason(page: Any, server: Server
     page.wait_for_selector(".compact-why >> text=the context was just compacted")
     assert page.locator("button.compact").is_disabled()
     shot(page, "web-compacted")
+
+
+def test_r_box_3_the_form_chooses_the_sandbox_and_the_header_shows_it(
+    page: Any, server: Server
+) -> None:
+    """SPEC R-BOX-1/3: the new-session form sends the sandbox; the header shows it, `off` loud."""
+    page.select_option("select[name=sandbox]", "read-only")
+    page.click("text=Create session")
+    tag = page.locator(".tag.sandbox")
+    tag.wait_for()
+    page.wait_for_selector(".tag.sandbox >> text=sandbox read-only · network off")
+    assert "off" not in (tag.get_attribute("class") or "").split()
+    page.goto(server.base + "/#/")
+    page.wait_for_selector("table.sessions")
+    page.select_option("select[name=sandbox]", "off")
+    page.click("text=Create session")
+    page.wait_for_selector(".tag.sandbox.off >> text=sandbox OFF")

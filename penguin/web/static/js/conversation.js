@@ -11,6 +11,7 @@ export function conversationView(root, id) {
   const title = h("h2", { class: "title" }, id);
   const stateTag = h("span", { class: "tag state", dataset: { state: "idle" } }, "idle");
   const goalTag = h("span", { class: "tag goal", hidden: true });
+  const sandboxTag = h("span", { class: "tag sandbox", hidden: true });
   const errorBox = h("div", { class: "error", hidden: true });
   const retryBox = h("div", { class: "retry-wait", hidden: true });
   const authBox = h("div", { class: "auth-failure", hidden: true });
@@ -162,6 +163,7 @@ export function conversationView(root, id) {
     const row = await call("", undefined, "GET");
     if (!row) return;
     setText(title, row.title || row.id);
+    showSandbox(row.sandbox);
     const why = row.compactability || "unsupported";
     compact.dataset.why = why;
     setText(compactWhy, why === "ok" ? "" : `Compact unavailable: ${{
@@ -173,8 +175,17 @@ export function conversationView(root, id) {
     setState(state);
   }
 
+  // SPEC R-BOX-3: the sandbox the tools run under; "off" stands out.
+  function showSandbox(box) {
+    sandboxTag.hidden = false;
+    sandboxTag.classList.toggle("off", !box || box.mode === "off");
+    if (!box) setText(sandboxTag, "no sandbox");
+    else if (box.mode === "off") setText(sandboxTag, `sandbox OFF${box.network ? "" : " · network off"}`);
+    else setText(sandboxTag, `sandbox ${box.mode} · network ${box.network ? "on" : "off"}`);
+  }
+
   root.append(h("section", { class: "conversation" },
-    h("div", { class: "conv-head" }, title, stateTag, goalTag,
+    h("div", { class: "conv-head" }, title, stateTag, goalTag, sandboxTag,
       h("a", { href: `#/s/${enc(id)}/trace`, class: "button" }, "Trace view")),
     transcript.el,
     errorBox, authBox, retryBox,

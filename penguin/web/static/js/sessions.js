@@ -62,13 +62,18 @@ function newSessionForm(error) {
   const workspace = h("input", { name: "workspace", placeholder: "default workspace", size: 30 });
   const approval = h("select", { name: "approval" },
     ["ask", "allow-all", "deny-all"].map((v) => h("option", { value: v }, v)));
+  // SPEC §25: the tools' sandbox; "off" must be chosen, and then the network is on unless unticked.
+  const sandbox = h("select", { name: "sandbox" },
+    ["workspace-write", "read-only", "off"].map((v) => h("option", { value: v }, v)));
+  const network = h("input", { type: "checkbox", name: "network" });
   const prompt = h("textarea", { name: "system_prompt", rows: 2, placeholder: "system prompt (optional)" });
   return h("form", {
     class: "new-session",
     onsubmit: async (ev) => {
       ev.preventDefault();
       error.hidden = true;
-      const body = { approval: approval.value };
+      const body = { approval: approval.value, sandbox: sandbox.value };
+      if (network.checked || sandbox.value !== "off") body.network = network.checked;
       if (workspace.value.trim()) body.workspace = workspace.value.trim();
       if (prompt.value.trim()) body.system_prompt = prompt.value;
       try {
@@ -82,6 +87,8 @@ function newSessionForm(error) {
   },
   h("label", null, "Workspace ", workspace),
   h("label", null, "Approval ", approval),
+  h("label", null, "Sandbox ", sandbox),
+  h("label", null, network, " Network"),
   h("label", { class: "wide" }, "System prompt ", prompt),
   h("button", { type: "submit", class: "primary" }, "Create session"));
 }
