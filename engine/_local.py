@@ -56,7 +56,6 @@ from ._sandbox import (
     SandboxPolicy,
     make_private_tmpdir,
     run_confined,
-    sandbox_tmp_parent,
 )
 from ._signal import AbortSignal
 from ._subagent import SubagentRunner, subagent_tool
@@ -258,10 +257,10 @@ class LocalEnvironment:
         if not policy.confined:
             return None
         if policy.confines_files and self._tmpdir is None:
-            self._tmpdir = make_private_tmpdir()
-        hidden = [sandbox_tmp_parent()] if policy.confines_files else []
-        if self._data_root is not None:
-            hidden.append(self._data_root)
+            self._tmpdir = make_private_tmpdir(self._data_root)
+        hidden = [] if self._data_root is None else [self._data_root]
+        if self._tmpdir is not None and not any(self._tmpdir.is_relative_to(h) for h in hidden):
+            hidden.append(self._tmpdir.parent)  # other sessions' temporary directories
         return Confinement(
             policy=policy,
             workspace=self._workspace,

@@ -297,6 +297,7 @@ def _carve(top: Path, rights: int, hidden: Sequence[Path], out: list[tuple[Path,
         return
     # A directory on the way to a hidden one: its names may be listed, nothing inherits more.
     out.append((top, rights & FS_READ_DIR))
+    on_the_way = {h.relative_to(top).parts[0] for h in inside}
     try:
         entries = list(os.scandir(top))
     except OSError:
@@ -305,9 +306,13 @@ def _carve(top: Path, rights: int, hidden: Sequence[Path], out: list[tuple[Path,
         try:
             if entry.is_symlink():
                 continue  # the target is granted (or not) on its own path
+            is_dir = entry.is_dir(follow_symlinks=False)
         except OSError:
             continue
-        _carve(top / entry.name, rights, inside, out)
+        if entry.name in on_the_way:
+            _carve(top / entry.name, rights, inside, out)
+        else:  # most entries: no path arithmetic, and the file rights masked here already
+            out.append((Path(entry.path), rights if is_dir else rights & _FILE_RIGHTS))
 
 
 # --------------------------------------------------------------------------- applying the rules
@@ -432,10 +437,15 @@ def sandboxed(environment: object) -> Sandboxed | None:
 # --------------------------------------------------------------------------- private temp dirs
 
 
-def sandbox_tmp_parent() -> Path:
-    """``<system temp>/penguin-sandbox-<uid>``: the parent of every session's private temporary
-    directory, created 0700 and hidden from every sandbox but through its own child."""
-    parent = Path(tempfile.gettempdir()) / f"penguin-sandbox-{os.getuid()}"
+def sandbox_tmp_parent(data_root: Path | None = None) -> Path:
+    """The parent of sessions' private temporary directories, created 0700 and hidden from every
+    sandbox but through its own child: ``<data root>/.sandbox-tmp`` (hidden with the data root,
+    no extra rule), or ``<system temp>/penguin-sandbox-<uid>`` for an environment that serves
+    no session."""
+    if data_root is not None and data_root.is_dir():
+        parent = data_root / ".sandbox-tmp"
+    else:
+        parent = Path(tempfile.gettempdir()) / f"penguin-sandbox-{os.getuid()}"
     try:
         parent.mkdir(mode=0o700)
     except FileExistsError:
@@ -448,6 +458,6 @@ def sandbox_tmp_parent() -> Path:
     return parent
 
 
-def make_private_tmpdir() -> Path:
+def make_private_tmpdir(data_root: Path | None = None) -> Path:
     """A new private temporary directory for one session's tools (mode 0700)."""
-    return Path(tempfile.mkdtemp(prefix="", dir=sandbox_tmp_parent()))
+    return Path(tempfile.mkdtemp(prefix="", dir=sandbox_tmp_parent(data_root)))

@@ -239,7 +239,7 @@ class Session:
         self._entered = True
         self._tg_cm = anyio.create_task_group()
         self._tg = await self._tg_cm.__aenter__()
-        _bind(self._env, self._root, self._rec, self.scratchpad, self._project, self._agent)
+        _bind(self._env, self._root, self._rec, self._project, self._agent)
         if self._tools is not None:  # its MCP connections are tasks of the session's scope
             await _entered(self._tools.open(), self._tg_cm)
         return self
@@ -626,12 +626,11 @@ async def _entered(step: Coroutine[Any, Any, None], tg_cm: Any) -> None:
         raise
 
 
-def _bind(
-    env: Environment, root: DataRoot, rec: Recorder, scratchpad: Path, project: str, agent: str
-) -> None:
+def _bind(env: Environment, root: DataRoot, rec: Recorder, project: str, agent: str) -> None:
     """Tell the environment the session's scratchpad and, if it has a sandbox, the data root."""
     if isinstance(env, BindsScratchpad):
-        env.bind_scratchpad(scratchpad)
+        sid = _meta_payload(rec.meta).session_id
+        env.bind_scratchpad(root.scratchpad(sid, project=project, agent=agent))
     box = sandboxed(env)
     if box is not None:
         own = functools.partial(_own_trace_files, root, rec, project, agent)

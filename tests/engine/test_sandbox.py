@@ -23,7 +23,7 @@ import pytest
 
 from engine import LocalEnvironment, Session, ToolContext, allow_all
 from engine._exceptions import SandboxUnavailable
-from engine._sandbox import SandboxPolicy, landlock_abi, sandbox_tmp_parent
+from engine._sandbox import SandboxPolicy, landlock_abi
 from engine._signal import AbortSignal
 from engine.llm import ScriptedEnvironment, ScriptedLLM
 from eventstore import DataRoot, OmniMessage, ToolCallOutputPayload
@@ -323,7 +323,7 @@ async def test_the_private_temporary_directory_is_per_session(box: Box) -> None:
     output, status = await sh(one, 'echo secret > "$TMPDIR/t" && echo "$TMPDIR"')
     assert status == "completed"
     tmpdir = Path(output.split("\n")[0])
-    assert tmpdir.parent == sandbox_tmp_parent() and (tmpdir / "t").read_text() == "secret\n"
+    assert tmpdir.parent == box.home / ".sandbox-tmp" and (tmpdir / "t").read_text() == "secret\n"
     refused(await sh(two, f"cat {tmpdir}/t"))
     refused(await sh(two, f"echo x > {tmpdir}/u"))
     refused(await sh(one, "echo x > /tmp/shared-by-all.txt"))
