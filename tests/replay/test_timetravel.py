@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 
 from engine import GoalOptions, LLMRequest, LocalEnvironment, allow_all
 from engine.llm import ScriptedLLM
-from eventstore import DataRoot, RequestBeginPayload, encode, read_trace, scan_trace
+from eventstore import DataRoot, RequestBeginPayload, TextPayload, encode, read_trace, scan_trace
 from eventstore import builders as b
 from projections import ModelContext
 from replay import context_at, request_at, trace_point
@@ -93,6 +93,14 @@ INTACT_PREFIX: dict[str, int | None] = {
 CASES = [s for s in fixtures.SCENARIOS if s[2] is None or s[0] in INTACT_PREFIX]
 
 
+def first_user_text(messages: Any) -> str | None:
+    for msg in messages:
+        p = msg.payload
+        if isinstance(p, TextPayload) and p.role == "user":
+            return p.text
+    return None
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_request_at_equals_every_recorded_request(
     case: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
@@ -108,13 +116,15 @@ def test_request_at_equals_every_recorded_request(
     files, children = anyio.run(run)
     requests = rec.requests
     if children:  # a subagent's requests rebuild from its own trace (its own system prompt)
-        (child,) = children
         requests = [r for r in rec.requests if r.system_prompt == fixtures.SYSTEM]
-        child_requests = [r for r in rec.requests if r.system_prompt != fixtures.SYSTEM]
-        child_positions = begins(child)
-        assert len(child_positions) == len(child_requests) > 0
-        for position, sent in zip(child_positions, child_requests, strict=True):
-            same(request_at(child, position), sent, f"{name} child at {position}")
+        others = [r for r in rec.requests if r.system_prompt != fixtures.SYSTEM]
+        for child in children:  # several children (concurrent, nested): told by their prompt
+            prompt = first_user_text(read_trace(child).records)
+            child_requests = [r for r in others if first_user_text(r.messages) == prompt]
+            child_positions = begins(child)
+            assert len(child_positions) == len(child_requests) > 0
+            for position, sent in zip(child_positions, child_requests, strict=True):
+                same(request_at(child, position), sent, f"{name} child at {position}")
     if damage is not None:
         damage(files)
         files = [f for f in files if f.exists()]
