@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, HTTPConnection, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine import RetryPolicy
 from eventstore import DataRoot, FsyncPolicy
@@ -59,7 +59,36 @@ class _Guard:
                 except ApiError as exc:
                     await error_response(exc.status, exc.code, exc.message)(scope, receive, send)
                     return
+            await self._faults_logged_once(scope, receive, send)
+            return
         await self.app(scope, receive, send)
+
+    async def _faults_logged_once(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A real fault is one log entry with its traceback and request id, answered 500
+        (issue 29: Starlette's own handler re-raises it, and uvicorn logged it a second time)."""
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:
+            rid = secrets.token_hex(6)
+            log.error(
+                "request %s %s failed (request id %s)",
+                scope.get("method"),
+                scope.get("path"),
+                rid,
+                exc_info=exc,
+            )
+            if not started:
+                response = error_response(
+                    500, "internal_error", f"internal error (request id {rid})"
+                )
+                await response(scope, receive, send)
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
@@ -80,14 +109,6 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "bad_request")
     return error_response(exc.status_code, code, str(exc.detail))
-
-
-async def _fault(request: Request, exc: Exception) -> Response:
-    rid = secrets.token_hex(6)
-    log.error(
-        "request %s %s failed (request id %s)", request.method, request.url.path, rid, exc_info=exc
-    )
-    return error_response(500, "internal_error", f"internal error (request id {rid})")
 
 
 class _Lifespan:
@@ -189,7 +210,6 @@ def create_app(
             ApiError: _api_error,
             HTTPException: _http_error,
             ClientDisconnect: _gone,
-            Exception: _fault,
         },
         lifespan=lambda app: _Lifespan(ctx, watch=watch),
     )

@@ -188,8 +188,9 @@ def _port(base: str) -> int:
 
 
 async def test_a_client_hanging_up_mid_body_is_one_debug_line(tmp_path: Path) -> None:
-    with _captured() as logs:
-        async with served(tmp_path, llm_factory=scripted([{"text": "ok"}])) as srv:
+    # Captured once the server runs: uvicorn's logging setup replaces its loggers' handlers.
+    async with served(tmp_path, llm_factory=scripted([{"text": "ok"}])) as srv:
+        with _captured() as logs:
             sid = await srv.new_session()
             for _ in range(3):
                 stream = await anyio.connect_tcp("127.0.0.1", _port(srv.base))
@@ -208,6 +209,24 @@ async def test_a_client_hanging_up_mid_body_is_one_debug_line(tmp_path: Path) ->
         r.getMessage() for r in logs.records
     ]
     assert all(r.exc_info is None for r in logs.records)
+
+
+async def test_r_srv_2_a_real_fault_is_logged_once_with_its_request_id(tmp_path: Path) -> None:
+    """A server fault is one log entry (with its traceback), not two (issue 29: Starlette's
+    handler re-raised it and uvicorn logged it again)."""
+
+    def broken(model: str | None) -> Any:
+        raise RuntimeError("the model factory broke")
+
+    async with served(tmp_path, llm_factory=broken) as srv:
+        with _captured() as logs:
+            r = await srv.post("/api/sessions", {})
+            assert r.status_code == 500 and r.json()["error"]["code"] == "internal_error"
+            rid = r.json()["error"]["message"].split("request id ")[1].rstrip(")")
+            assert (await srv.client.get("/api/sessions")).status_code == 200
+    errors = [rec for rec in logs.records if rec.levelno >= logging.WARNING]
+    assert len(errors) == 1, [rec.getMessage() for rec in errors]
+    assert rid in errors[0].getMessage() and errors[0].exc_info is not None
 
 
 async def test_request_headers_must_arrive_in_time(tmp_path: Path) -> None:
