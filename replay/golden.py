@@ -4,8 +4,10 @@ Owns: ``replay_trace`` / ``areplay_trace`` (SPEC R-CLI-6: re-run the session in 
 root with ``ReplayLLM`` + ``ReplayEnvironment`` + the recorded approvals, one run per recorded
 Prompt), the normalization both record sequences go through, the first-divergence report
 (``ReplayResult``, ``Divergence``), the pytest helper ``assert_replays`` and the syrupy
-extension ``GoldenTraceExtension``.  Does not: modify the recorded trace, decide CLI exit codes,
-or replay what depends on timing (see "What is compared").
+extension ``GoldenTraceExtension``, the moments a replay acts at (steering, user aborts, crash
+cuts: SPEC §24) and re-recording a golden live (``--golden-update``).  Does not: modify the
+recorded trace, decide CLI exit codes (``penguin.cli``), or hold the pytest plugin
+(``replay.pytest_plugin``).
 
 Usage in a project that embeds the engine::
 
@@ -37,7 +39,20 @@ How a session is re-run:
   its ``goal_finished`` belong to it; it is replayed as ``session.run([objective],
   goal=GoalOptions(budget=…))`` with the budget read from the round-1 block, and the goal file
   is made to say what the recorded outcome shows the model wrote (``complete`` or ``blocked``,
-  as the last round starts).  A goal that ended ``aborted`` is not compared (timing).
+  as the last round starts).  A goal round is a block that names its goal file (R-GOAL-3);
+  a later goal whose first round is > 1 continues the last one (``GoalOptions(resume=True)``).
+- Moments (SPEC §24).  The replay counts the records the replayed session writes; while it
+  matches, that count is a recorded position.  Steering is queued once the request before the
+  steering record has begun (R-GOLD-1).  A user abort (``aborted by user``, ``… during
+  reconnect backoff``, ``… during compaction``, an aborted ``compaction_end``) fires the run's
+  signal right before the first record it produced: the model fires it after streaming the
+  partial output of its interrupted segment, a tool whose output the abort cut streams what it
+  had and waits, an abort in a backoff wait fires when that wait starts; aborts the engine makes
+  (auth, exhausted reconnects, a record too large) are left to happen (R-GOLD-2).  A session
+  resumed where the recording stopped inside a run (an open span, an unfinished task or goal)
+  is stopped at that cut, its files left as they stood, and resumed with ``resume_session``,
+  whose closure records are compared (R-GOLD-3).  A disk that failed (``trace write failed``)
+  cannot fail again at the same record: that run and those after it are not compared.
 - Settings.  Explicit options win; otherwise they are read from the trace.  ``max_turns``: the
   ``N`` of a recorded ``[reached max turns (N); stopping]`` notice, else 100.  Compaction: the
   mode of the first ``compaction_begin`` (``summarize`` when none); ``max_context_length`` = the
@@ -55,11 +70,11 @@ How a session is re-run:
   ``session_meta`` keeps its model identity, system prompt and ``source`` but drops
   ``session_id``, ``agent_state`` and ``workspace``; and in every string of every record the
   session id, scratchpad, ``agent_state`` and workspace paths of either session are replaced by
-  ``<session_id>``, ``<scratchpad>``, ``<agent_state>`` and ``<workspace>``.  The comparison
-  covers the runs before the first run that contains an ``abort``, steering, or a crash (an
-  unclosed span, or a resume closure record): those depend on timing.  ``runs_compared`` says
-  how many runs that was.  A ``token_usage`` recorded after its ``request_end`` (older reference
-  traces) replays before it, and is reported as a divergence.
+  ``<session_id>``, ``<scratchpad>``, ``<agent_state>`` and ``<workspace>``.  Every run is
+  compared; ``runs_compared`` < ``runs_total`` only after a run that cannot be reproduced, and
+  the verdict is then not a match unless partial comparisons are allowed (R-GOLD-5).  A
+  ``token_usage`` recorded after its ``request_end`` (older reference traces) replays before it,
+  and is reported as a divergence.
 """
 
 from __future__ import annotations
