@@ -209,3 +209,13 @@ def test_web_app_pictures_are_the_browser_suites_screenshots() -> None:
     assert pictures
     stale = [p.name for p in pictures if p.stem not in suite]
     assert not stale, f"no browser test saves {stale}"
+
+
+def test_the_trace_format_page_names_every_payload_type() -> None:
+    """A new record type is documented where readers of the trace look for it."""
+    import eventstore
+
+    page = (ROOT / "docs/trace-format.md").read_text(encoding="utf-8")
+    tags = [*eventstore.MODEL_PAYLOAD_TAGS, *eventstore.EVENT_PAYLOAD_TAGS]
+    missing = [tag for tag in tags if f"`{tag}`" not in page]
+    assert not missing, f"docs/trace-format.md does not name {missing}"
