@@ -45,6 +45,7 @@ class Cached(msgspec.Struct, frozen=True):
     latest: str
     error: str | None = None
     active: float | None = None  # the last record's time (epoch seconds)
+    last_error: str | None = None  # the last request's error message
 
 
 class _File(msgspec.Struct):

@@ -20,6 +20,7 @@ from eventstore import (
     DataRoot,
     Diagnostic,
     RequestBeginPayload,
+    RequestEndPayload,
     SessionInfo,
     SessionMetaPayload,
     SubagentPayload,
@@ -59,6 +60,7 @@ class SessionRow:
     turns: int = 0
     first_prompt: str | None = None
     max_turns: bool = False  # the last task ended at its turn limit
+    last_error: str | None = None  # the last request's error message (its label's source)
     workspace: str | None = None
     last_request_status: str | None = None
     task_running: bool = False
@@ -119,6 +121,8 @@ def _fold_file(row: SessionRow, state: SessionState, path: Path, *, last: bool) 
                 row.max_turns = p.stop_reason == "failed" and _is_max_turns(p.text)
             elif isinstance(p, RequestBeginPayload):
                 row.max_turns = False
+            elif isinstance(p, RequestEndPayload):
+                row.last_error = p.error_message
         state.apply(record)
     residue = "session_meta" not in kinds or ((file_index(path) or 1) > 1 and "other" not in kinds)
     if last and residue:
@@ -231,6 +235,7 @@ def _to_cached(row: SessionRow, keys: list[FileKey]) -> Cached:
         latest=str(row.latest),
         error=row.error,
         active=row.active,
+        last_error=row.last_error,
     )
 
 
@@ -251,6 +256,7 @@ def _from_cached(info: SessionInfo, c: Cached) -> SessionRow:
         children=list(c.children),
         diagnostics=[Diagnostic(Path(p), n, k, d) for p, n, k, d in c.diagnostics],  # type: ignore[arg-type]
         error=c.error,
+        last_error=c.last_error,
     )
     _open_status(row)
     return row

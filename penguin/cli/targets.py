@@ -92,6 +92,12 @@ def resolve_target(arg: str, g: Globals) -> Target:
         return Target(files=[path], session_id=name[0] if name else None, label=str(path))
     if _looks_like_id(arg):
         root = g.root()
+        if not root.home.exists():  # a mistyped --home, not an unknown id (issue 30 item 8)
+            raise CliError(
+                f"unknown session: {shown}: no data root at "
+                f"{safe(str(root.home), keep_newlines=False)} (--home DIR or $PENGUIN_HOME names "
+                "the directory holding the sessions)"
+            )
         if not _exists(root, arg, g):
             arg = match_session_id(root, arg, g) or arg
         try:
@@ -138,7 +144,7 @@ def resolve_session_id(g: Globals, arg: str | None) -> str:
 
     from .listing import list_sessions  # the listing builds on this module
 
-    root = g.root()
+    root = g.existing_root()
     if arg is None:
         project, agent = g.project or DEFAULT_PROJECT, g.agent or DEFAULT_AGENT
         rows = list_sessions(root, project=project, agent=agent, limit=1, top_level=True)

@@ -908,8 +908,11 @@ def test_resume_a_locked_session_exits_2_with_the_holder_pid(tmp_path: Path) -> 
 def test_resume_unknown_session_exits_2(tmp_path: Path) -> None:
     result = invoke("--home", tmp_path, "resume", "session-2020-01-01-00-00-00-deadbeef")
     assert result.exit_code == 2 and "unknown session" in result.stderr
+    (tmp_path / "empty").mkdir()
     result = invoke("--home", tmp_path / "empty", "resume")
     assert result.exit_code == 2 and "no sessions yet" in result.stderr
+    result = invoke("--home", tmp_path / "missing", "resume")  # issue 30 item 8
+    assert result.exit_code == 2 and "no data root at" in result.stderr
 
 
 # --------------------------------------------------------------------------- demo (R-CLI-8)

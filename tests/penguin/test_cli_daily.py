@@ -208,6 +208,8 @@ def test_failed_requests_are_named_for_what_happened(
         assert label in text and "request timeout" not in text, fmt
     errors = invoke("--home", home, "stats", SID).stdout.split("Errors", 1)[1]
     assert label in errors and "timeout" not in errors.replace(message, "")
+    listed = invoke("--home", home, "sessions").stdout
+    assert label in listed and "timeout" not in listed
 
 
 def test_goal_sessions_are_titled_by_their_objective_with_one_token_total(
@@ -296,7 +298,14 @@ def test_export_onto_an_existing_file_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_a_home_that_does_not_exist_is_an_error(tmp_path: Path) -> None:
-    for command in (["sessions"], ["stats", "--all"], ["query", "SELECT 1"]):
+    for command in (
+        ["sessions"],
+        ["stats", "--all"],
+        ["query", "SELECT 1"],
+        ["show", SID],
+        ["inspect", SID],
+        ["resume"],
+    ):
         result = invoke("--home", tmp_path / "typo", *command)
         assert result.exit_code == 2, command
         assert "no data root" in result.stderr and "typo" in result.stderr

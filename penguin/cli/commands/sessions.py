@@ -60,6 +60,16 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts).isoformat(timespec="seconds")
 
 
+def _status(row: SessionRow) -> str:
+    """The status as a person reads it: a last request that failed is named for what happened
+    (``server error 500``, ``connection refused``; issue 30), not by the ``timeout`` recorded."""
+    if row.last_error and row.status == row.last_request_status and row.status != "completed":
+        from penguin.cli.views.labels import request_label
+
+        return request_label(row.status, row.last_error)
+    return row.status
+
+
 def _json_row(row: SessionRow) -> dict[str, Any]:
     info = row.info
     return {
@@ -122,8 +132,8 @@ def _render(console: Console, nested: list[tuple[int, SessionRow]]) -> None:
             title = f"(subagent) {title}"
         head = f"{ident:<{id_width}}{relative_time(row.active, now):<14}{row.turns:>5}  "
         room = max(10, width - len(head) - 12 - 1)
-        rows.append((head, f"{row.status:<12}", preview(title, room)))
-    header = f"{'id':<{id_width}}{'active':<14}{'turns':>5}  {'status':<12}title"
+        rows.append((head, f"{_status(row):<12} ", preview(title, room)))
+    header = f"{'id':<{id_width}}{'active':<14}{'turns':>5}  {'status':<12} title"
     if not console.is_terminal or console.no_color:
         # Plain text needs no rich rendering, whose cost per row dominates long listings.
         console.file.write("\n".join([header, *("".join(r) for r in rows)]) + "\n")
