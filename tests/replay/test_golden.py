@@ -902,3 +902,34 @@ async def test_manual_compactions_aborted_mid_stream_and_in_backoff_replay(tmp_p
     assert [(e.reason, e.status) for e in ends] == [("manual", "aborted")] * 2
     result = await areplay_trace(paths)
     assert str(result) == "match" and result.runs_total == 2
+
+
+@pytest.mark.anyio
+async def test_exhausted_reconnects_end_the_run_on_their_own(tmp_path: Path) -> None:
+    """R-GOLD-2: ``reconnect failed after N retries`` is an abort the engine makes: nothing is
+    fired, the replayed engine must give up after the same retries (the budget is read from
+    the reason), and the run after it is compared too."""
+    from engine import Session
+
+    fail = [{"fail": {"status": "timeout", "message": "slow"}}]
+    llm = ScriptedLLM({"responses": [fail, fail, fail, [{"text": "ok"}]]})
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    session = await Session.create(
+        llm=llm,
+        environment=ScriptedEnvironment.from_llm(llm),
+        root=tmp_path / "home",
+        workspace=ws,
+        retry=RetryPolicy(max_reconnects=2, base_ms=1, cap_ms=2),
+    )
+    async with session:
+        await collect(session.run([b.user_text("go")], approve=allow_all))
+        await collect(session.run([b.user_text("again")], approve=allow_all))
+    paths = DataRoot(tmp_path / "home").trace_files(session.id)
+    assert "reconnect failed after 2 retries" in paths[0].read_text()
+    assert str(await areplay_trace(paths)) == "match"
+    # One retry more than recorded: the last attempt announces a retry the recording never made.
+    longer = await areplay_trace(paths, retry=RetryPolicy(max_reconnects=3, base_ms=1, cap_ms=2))
+    d = longer.divergence
+    assert d is not None and d.reason == "request_end: unexpected payload.retry_in_ms"
+    assert d.line == line_of(paths[0], '"type":"abort"') - 1
