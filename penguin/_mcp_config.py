@@ -233,27 +233,30 @@ def dump_servers(tables: Mapping[str, Mapping[str, Any]]) -> str:
 def servers_from_body(
     tables: Mapping[str, Mapping[str, Any]], *, configured: Mapping[str, McpServer]
 ) -> dict[str, McpServer]:
-    """The ``mcp`` object of ``penguin serve``'s session body: each name maps to a definition
-    (``McpServer``'s keywords, ``command`` as a list), or to ``{}`` for the configured server of
-    that name.  Raises ``McpConfigError`` naming the server."""
+    """The ``mcp`` object of ``penguin serve``'s session body: each name maps to ``{}`` (the
+    configured server of that name; ``approval``/``tools`` may be given to change its rules) or
+    to an HTTP server (``url``, ``headers``, timeouts, rules).  A request never names a command
+    to run: stdio servers come from config.toml only.  Raises ``McpConfigError``."""
+    from dataclasses import replace
+
     from engine import McpServer
 
     servers: dict[str, McpServer] = {}
     for name, table in tables.items():
         given = {k: v for k, v in table.items() if v is not None}
-        if not given:
-            if name not in configured:
-                known = ", ".join(sorted(configured)) or "none"
-                raise McpConfigError(
-                    f"mcp server {name!r}: an empty definition names a configured server "
-                    f"(configured: {known})"
-                )
-            servers[name] = configured[name]
-            continue
         if not _NAME.match(name):
             raise McpConfigError(f"mcp server {name!r}: the name must be 1-48 of [A-Za-z0-9_-]")
         try:
-            servers[name] = McpServer(**given)
+            if "url" in given:
+                servers[name] = McpServer(**given)
+                continue
+            if name not in configured:
+                known = ", ".join(sorted(configured)) or "none"
+                raise McpConfigError(
+                    f"mcp server {name!r} is not configured (configured: {known}); give a url, "
+                    "or add it to the server's config.toml"
+                )
+            servers[name] = replace(configured[name], **given)
         except (TypeError, ValueError) as exc:
             raise McpConfigError(f"mcp server {name!r}: {exc}") from None
     return servers

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -24,7 +25,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from engine import RetryPolicy
+from engine import McpServer, RetryPolicy
 from eventstore import DataRoot, FsyncPolicy
 from penguin.web import web_app
 
@@ -162,6 +163,7 @@ def create_app(
     body_timeout: float = BODY_TIMEOUT_S,
     idle_release: float | None = IDLE_RELEASE_S,
     buffer_pool_bytes: int = 256 * 2**20,
+    mcp_servers: Mapping[str, McpServer] | None = None,
 ) -> Starlette:
     """The server as an ASGI app; nothing runs until its lifespan starts.  ``fsync`` is the
     durability policy of the sessions it writes (R-TRACE-16); weaker than ``turn`` only by
@@ -184,6 +186,7 @@ def create_app(
         fsync=fsync,
         idle_release=idle_release,
         buffer_pool_bytes=buffer_pool_bytes,
+        mcp_servers=mcp_servers,
         on_state=lambda h: ctx_box[0].session_state_event(h),
         on_created=lambda sid, source: ctx_box[0].session_created_event(sid, source),
     )

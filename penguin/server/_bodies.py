@@ -23,6 +23,7 @@ __all__ = [
     "GoalBody",
     "ImagePart",
     "LoginBody",
+    "McpServerBody",
     "Part",
     "Position",
     "RewindBody",
@@ -59,6 +60,22 @@ class CompactionBody(_Body):
     mode: Literal["summarize", "discard"] | None = None
 
 
+Rule = Literal["allow", "ask", "deny"]
+
+
+class McpServerBody(_Body):
+    """One MCP server of a new session (SPEC §26): ``{}`` picks the server of that name in the
+    server's config.toml (the only way to a stdio server: a request never names a command to
+    run); else a streamable HTTP server by ``url``.  ``approval``/``tools`` set its rules."""
+
+    url: str | None = None
+    headers: dict[str, str] | None = None
+    timeout_ms: int | None = None
+    connect_timeout_ms: int | None = None
+    approval: Rule | None = None
+    tools: dict[str, Rule] | None = None
+
+
 class CreateSessionBody(_Body):
     workspace: str | None = None
     system_prompt: str | None = None
@@ -69,6 +86,9 @@ class CreateSessionBody(_Body):
     # SPEC §25: the tools' sandbox; None = the environment's default (workspace-write, TCP off).
     sandbox: Literal["workspace-write", "read-only", "off"] | None = None
     network: bool | None = None
+    # SPEC §26: MCP servers (None = those of the server's config.toml) and approval rules.
+    mcp: dict[str, McpServerBody] | None = None
+    approval_rules: dict[str, Rule] | None = None
 
 
 class GoalBody(_Body):

@@ -14,7 +14,7 @@ speak HTTP or read pages of traces (``_traces``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import aclosing
 from pathlib import Path
 from types import TracebackType
@@ -30,6 +30,7 @@ from engine import (
     Environment,
     GoalOptions,
     LocalEnvironment,
+    McpServer,
     RetryPolicy,
     SandboxMode,
     SandboxUnavailable,
@@ -116,8 +117,10 @@ class SessionHost:
         fsync: FsyncPolicy = "turn",
         idle_release: float | None = IDLE_RELEASE_S,
         buffer_pool_bytes: int = 256 * 2**20,
+        mcp_servers: Mapping[str, McpServer] | None = None,
     ) -> None:
         self.root = root
+        self.mcp_servers = dict(mcp_servers or {})  # config.toml's: a session's default
         self.buffers = BufferPool(buffer_pool_bytes)
         self._idle_release = idle_release
         self._used: dict[str, float] = {}
@@ -247,6 +250,8 @@ class SessionHost:
         agent: str = DEFAULT_AGENT,
         sandbox: SandboxMode | None = None,
         network: bool | None = None,
+        mcp: Mapping[str, McpServer] | None = None,
+        approval_rules: Mapping[str, str] | None = None,
     ) -> Hosted:
         if not self.accepting:
             raise ApiError(503, "shutting_down", "the server is shutting down")
@@ -271,6 +276,7 @@ class SessionHost:
                 fsync=self._fsync,
                 sandbox=sandbox,
                 network=network,
+                **_tool_options(self.mcp_servers if mcp is None else mcp, approval_rules),
             )
         except SandboxUnavailable as exc:  # R-BOX-2: the session does not start
             await _close_llm(llm)
@@ -282,6 +288,7 @@ class SessionHost:
         h = self._new_hosted(session.id, project, agent, (0, 0))
         h.approval, h.compaction, h.max_turns, h.model = approval, compaction, max_turns, model
         h.sandbox = None if session.sandbox is None else session.sandbox.settings()
+        h.tools = _tool_options(self.mcp_servers if mcp is None else mcp, approval_rules)
         await self._hold(h, session, llm)
         self._on_created(h.id, "server")
         return h
@@ -312,6 +319,7 @@ class SessionHost:
                     retry=self._retry,
                     fsync=self._fsync,
                     **({} if h.sandbox is None else _box_options(h.sandbox)),
+                    **h.tools,
                 )
             except SandboxUnavailable as exc:
                 await _close_llm(llm)
@@ -617,3 +625,10 @@ def _recorded_workspace(files: list[Path]) -> Path:
 def _box_options(sandbox: dict[str, Any]) -> dict[str, Any]:
     """``resume_session``'s ``sandbox``/``network`` from a hosted session's record of them."""
     return {"sandbox": sandbox.get("mode"), "network": sandbox.get("network")}
+
+
+def _tool_options(
+    mcp: Mapping[str, McpServer], approval_rules: Mapping[str, str] | None
+) -> dict[str, Any]:
+    """``Session.create`` / ``resume_session``'s ``mcp`` and ``approval_rules`` (SPEC §26)."""
+    return {"mcp": dict(mcp) or None, "approval_rules": dict(approval_rules or {}) or None}

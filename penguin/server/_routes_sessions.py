@@ -5,6 +5,7 @@ Owns: those handlers.  Does not: hold state (``SessionHost``) or decide a replay
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from engine import DEFAULT_MAX_TURNS, CompactionSettings, Session
+from engine import DEFAULT_MAX_TURNS, CompactionSettings, McpServer, Session
 from eventstore import encode, iter_trace
 from penguin._goal import goal_dict
 from projections import project
@@ -76,6 +77,28 @@ async def list_sessions(request: Request) -> Response:
     return json_response({"sessions": page, "next_cursor": None if nxt is None else str(nxt)})
 
 
+def _mcp(
+    body: CreateSessionBody, configured: Mapping[str, McpServer]
+) -> dict[str, McpServer] | None:
+    """The body's MCP servers (None: the configured ones); 400 naming a bad one or a bad
+    approval rule."""
+    from penguin._mcp_config import McpConfigError, check_rules_table, servers_from_body
+
+    if body.approval_rules is not None:
+        try:
+            check_rules_table(body.approval_rules, where="approval_rules")
+        except McpConfigError as exc:
+            raise ApiError(400, "invalid_body", f"{exc} (at `$.approval_rules`)") from None
+    if body.mcp is None:
+        return None
+
+    tables = {name: msgspec.structs.asdict(server) for name, server in body.mcp.items()}
+    try:
+        return servers_from_body(tables, configured=configured)
+    except McpConfigError as exc:
+        raise ApiError(400, "invalid_body", f"{exc} (at `$.mcp`)") from None
+
+
 async def create_session(request: Request) -> Response:
     ctx = ctx_of(request)
     body = await read_body(request, CreateSessionBody, limit=ctx.body_limit, optional=True)
@@ -94,6 +117,8 @@ async def create_session(request: Request) -> Response:
         max_turns=body.max_turns or DEFAULT_MAX_TURNS,
         sandbox=body.sandbox,
         network=body.network,
+        mcp=_mcp(body, ctx.host.mcp_servers),
+        approval_rules=body.approval_rules,
     )
     ctx.session_created_event(h.id, "server")
     return json_response(ctx.row(h, None), 201)

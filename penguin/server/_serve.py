@@ -15,12 +15,13 @@ import gc
 import ipaddress
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
 
 import uvicorn
 
+from engine import McpServer
 from eventstore import DataRoot, FsyncPolicy
 
 from ._app import create_app
@@ -90,6 +91,7 @@ def serve(
     log_level: str = "warning",
     announce: Callable[[str], None] | None = None,
     fsync: FsyncPolicy = "turn",
+    mcp_servers: Mapping[str, McpServer] | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM (which abort running tasks as a user abort would; exit
     within 10 s).  Once bound, ``announce(url)`` gets the login URL (``port=0`` binds a free
@@ -113,6 +115,7 @@ def serve(
         workspace=workspace,
         approval=approval,
         fsync=fsync,
+        mcp_servers=mcp_servers,
     )
     ctx: ServerContext = app.state.penguin
     shown = f"[{host}]" if ":" in host else host

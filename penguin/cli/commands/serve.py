@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from penguin.cli.config import load_config
+from penguin.cli.config import load_config, mcp_servers
 from penguin.cli.errors import CliError, errors_to_exit_codes
 from penguin.cli.globalopts import globals_of, workspace_dir
 from penguin.cli.options import (
@@ -95,7 +95,8 @@ def serve(
         g = globals_of(ctx)
         options = LlmOptions(script, llm.value if llm else None, model, base_url, api_key_env)
         # The configured model, else exit 2: a server never falls back to a demo script.
-        choice = choose_model(options, config=load_config(g.root().home))
+        config = load_config(g.root().home)
+        choice = choose_model(options, config=config)
         build_llm(choice)  # fail at start on a bad script or a missing key
 
         def llm_factory(requested: str | None) -> object:
@@ -115,6 +116,7 @@ def serve(
                 workspace=ws,
                 approval=approve.value,
                 fsync=fsync.value,
+                mcp_servers=mcp_servers(config),
             )
         except server_error as exc:
             raise CliError(safe(str(exc))) from None

@@ -67,6 +67,12 @@ function newSessionForm(error) {
     ["workspace-write", "read-only", "off"].map((v) => h("option", { value: v }, v)));
   const network = h("input", { type: "checkbox", name: "network" });
   const prompt = h("textarea", { name: "system_prompt", rows: 2, placeholder: "system prompt (optional)" });
+  // MCP servers for this session (docs/mcp.md): a JSON object of name -> {} (a server of the
+  // server's config.toml) or {"url": ...}; empty: the configured servers.
+  const mcp = h("textarea", {
+    name: "mcp", rows: 2, spellcheck: "false",
+    placeholder: 'MCP servers (optional JSON; default: those of config.toml), e.g. {"fs": {}, "docs": {"url": "http://127.0.0.1:8000/mcp"}}',
+  });
   return h("form", {
     class: "new-session",
     onsubmit: async (ev) => {
@@ -76,6 +82,15 @@ function newSessionForm(error) {
       if (network.checked || sandbox.value !== "off") body.network = network.checked;
       if (workspace.value.trim()) body.workspace = workspace.value.trim();
       if (prompt.value.trim()) body.system_prompt = prompt.value;
+      if (mcp.value.trim()) {
+        try {
+          body.mcp = JSON.parse(mcp.value);
+        } catch (err) {
+          error.hidden = false;
+          setText(error, `MCP servers: not valid JSON (${err.message})`);
+          return;
+        }
+      }
       try {
         const row = await api("/api/sessions", { method: "POST", body });
         location.hash = `#/s/${encodeURIComponent(row.id)}`;
@@ -90,5 +105,6 @@ function newSessionForm(error) {
   h("label", null, "Sandbox ", sandbox),
   h("label", null, network, " Network"),
   h("label", { class: "wide" }, "System prompt ", prompt),
+  h("label", { class: "wide" }, "MCP servers ", mcp),
   h("button", { type: "submit", class: "primary" }, "Create session"));
 }
