@@ -83,7 +83,8 @@ def load_config(home: Path) -> Config:
     table = data.get(_TABLE, {})
     if not isinstance(table, dict) or set(data) - {_TABLE, "mcp", "approval_rules"}:
         raise CliError(
-            f"{shown}: expected only the tables [{_TABLE}], [approval_rules] and [mcp.servers.*]"
+            f"{shown}: expected only a [{_TABLE}] table of settings "
+            "(and [approval_rules], [mcp.servers.NAME])"
         )
     from penguin._mcp_config import McpConfigError, check_rules_table
 
