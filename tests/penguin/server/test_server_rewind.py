@@ -6,11 +6,7 @@ from pathlib import Path
 
 import pytest
 from serverkit import served
-
-from engine import LocalEnvironment, Session, SnapshotSettings, allow_all
-from engine.llm import ScriptedLLM
-from eventstore import DataRoot
-from eventstore.builders import user_text
+from snapkit import record_with_snapshots
 
 pytestmark = pytest.mark.anyio
 
@@ -28,24 +24,10 @@ SCRIPT = {
 }
 
 
-async def _recorded(home: Path, ws: Path) -> str:
-    async with await Session.create(
-        llm=ScriptedLLM(SCRIPT),
-        environment=LocalEnvironment(ws),
-        root=DataRoot(home),
-        workspace=ws,
-        snapshots=SnapshotSettings(),
-    ) as session:
-        for prompt in ("first", "second"):
-            async for _ in session.run([user_text(prompt)], approve=allow_all):
-                pass
-        return session.id
-
-
 async def test_r_snap_2_rewind_route_plans_refuses_and_restores(tmp_path: Path) -> None:
     home, ws = tmp_path / "home", tmp_path / "ws"
     ws.mkdir()
-    sid = await _recorded(home, ws)
+    sid = await record_with_snapshots(home, ws, SCRIPT, ("first", "second"))
     async with served(home, workspace=ws) as s:
         r = await s.post(f"/api/sessions/{sid}/rewind", {"task": 1, "dry_run": True})
         assert r.status_code == 200, r.text

@@ -5,17 +5,12 @@ and the page moves to the fork."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from snapkit import record_with_snapshots
 from webkit import Server, penguin_serve, shot
-
-from engine import LocalEnvironment, Session, SnapshotSettings, allow_all
-from engine.llm import ScriptedLLM
-from eventstore import DataRoot
-from eventstore.builders import user_text
 
 RECORDED = {
     "responses": [
@@ -27,25 +22,17 @@ RECORDED = {
 }
 
 
-async def _record(home: Path, workspace: Path) -> str:
-    async with await Session.create(
-        llm=ScriptedLLM(RECORDED),
-        environment=LocalEnvironment(workspace),
-        root=DataRoot(home),
-        workspace=workspace,
-        snapshots=SnapshotSettings(),
-    ) as session:
-        for prompt in ("Write a first draft.", "Write a second one."):
-            async for _ in session.run([user_text(prompt)], approve=allow_all):
-                pass
-        return session.id
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("web-rewind")
     (tmp / "workspace").mkdir()
-    anyio.run(_record, tmp / "home", tmp / "workspace")
+    anyio.run(
+        record_with_snapshots,
+        tmp / "home",
+        tmp / "workspace",
+        RECORDED,
+        ("Write a first draft.", "Write a second one."),
+    )
     with penguin_serve(tmp, {"responses": []}, approve="ask") as s:
         yield s
 
@@ -57,16 +44,19 @@ def test_r_snap_2_rewind_to_here_shows_the_plan_then_restores(page: Any, server:
     page.goto(f"{server.base}/#/s/{row['id']}")
     first = page.locator(".b-assistant:has-text('First draft written') button.rewind")
     first.wait_for()
+    # The dialog opens after the plan's request: the click must not wait for navigations while
+    # the dialog (which blocks the page) waits for us.
     with page.expect_event("dialog") as shown:
-        first.click()
+        first.click(no_wait_after=True)
     question = shown.value.message
     shown.value.dismiss()
     assert "end of task 1" in question and "change plan.md" in question
     assert (workspace / "plan.md").read_text() == "v2\n"  # dismissed: nothing written
 
     first_url = page.url
-    page.once("dialog", lambda dialog: dialog.accept())
-    first.click()
+    with page.expect_event("dialog") as shown:
+        first.click(no_wait_after=True)
+    shown.value.accept()
     page.wait_for_function("(u) => location.href !== u", arg=first_url)
     page.wait_for_selector(".b-assistant >> text=First draft written")
     assert page.locator(".b-assistant:has-text('Second draft written')").count() == 0
