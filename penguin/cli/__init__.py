@@ -1,6 +1,20 @@
-"""The ``penguin`` command line (SPEC §16): typer app, terminal rendering, follow, live runner.
+"""The ``penguin`` command line (SPEC §16).
 
 Owns: the console entry point.  Does not: hold library behaviour (that is ``replay``).
+
+Where things are:
+
+- ``_app`` — the typer app, the global options and the registry of commands (each imported only
+  when it runs or help lists it);
+- ``commands/`` — one module per command: its options and its wiring, nothing else;
+- ``views/`` — records and projections turned into text (inspect, the live stream, the
+  transcript, stats, labels, one trace point);
+- ``tasks/`` — running a task from the terminal: the model and approval choice, goal mode, the
+  live driver;
+- ``terminal/`` — consoles that never interpret untrusted text, escaping, library logs;
+- ``targets`` — the one resolver of a session argument (id, prefix or short id, path, latest);
+  ``tracefiles`` — trace files named on the command line; ``listing`` — the sessions of a root;
+  ``globalopts``, ``errors``, ``config``, ``options``, ``follow``, ``chat``, ``diagnose``.
 """
 
 from __future__ import annotations
