@@ -23,7 +23,7 @@ import yaml
 
 from eventstore import ImageUrlPayload, OmniMessage, TextPayload, TokenUsagePayload
 from eventstore import builders as b
-from projections import GoalOutcome
+from projections import GoalOutcome, GoalState
 from projections import markers as mk
 
 from ._images import fold_images
@@ -254,7 +254,7 @@ class GoalRun:
         """Subagents' usage reaches the parent only on the stream (R-GOAL-5)."""
         p = msg.payload
         if msg.origin is not None and isinstance(p, TokenUsagePayload):
-            self._subagent_tokens += max(0, p.request.total - p.request.cache_read)
+            self._subagent_tokens += GoalState.request_tokens(p.request)
 
     def _finish(self, run: Run, outcome: GoalOutcome) -> None:
         self._session.emit(run, b.goal_finished(outcome, self._rounds, self._used()))

@@ -30,7 +30,7 @@ class GoalRounds:
         """``(round, wrap_up)`` when ``msg`` is a round input; counts tokens as it goes."""
         p = msg.payload
         if isinstance(p, TokenUsagePayload):
-            self.tokens += max(0, p.request.total - p.request.cache_read)
+            self.tokens += GoalState.request_tokens(p.request)
             return None
         if msg.origin is not None:
             return None

@@ -28,6 +28,7 @@ from eventstore import (
     RequestBeginPayload,
     RequestEndPayload,
     TextPayload,
+    TokenCounts,
     TokenUsagePayload,
 )
 
@@ -85,14 +86,20 @@ class GoalState:
         elif kind in GOAL_STARTS:
             self.apply_payload(kind, payload)
 
+    @staticmethod
+    def request_tokens(counts: TokenCounts) -> int:
+        """What one request costs a goal's budget (R-GOAL-5): ``total - cache_read``, never
+        negative.  The one spelling: the engine's subagent tally and the CLI's round view
+        use it too."""
+        return max(0, counts.total - counts.cache_read)
+
     def apply_payload(self, kind: type[Any], payload: Any) -> None:
         """Fold a payload of this session's record.  Only payloads of ``GOAL_KINDS`` while
         ``counting``, else only of ``GOAL_STARTS``, can change anything: ``SessionState``
         checks that first (the fold is on its hot path), as ``apply`` does."""
         if kind is TokenUsagePayload:
             if self.counting:
-                request = payload.request
-                self.tokens_used += max(0, request.total - request.cache_read)
+                self.tokens_used += GoalState.request_tokens(payload.request)
         elif kind is RequestBeginPayload:
             self._in_request = True
         elif kind is RequestEndPayload:
