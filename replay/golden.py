@@ -127,7 +127,7 @@ from eventstore import (
     encode,
 )
 from eventstore import builders as b
-from eventstore.builders import stop_reason_of
+from eventstore.builders import payload_type, stop_reason_of
 from projections import DEFAULT_COMPACTION_PROMPT, SessionState
 from projections import markers as mk
 
@@ -965,6 +965,10 @@ def _child_runners(
 # --------------------------------------------------------------------------- timing
 
 
+# Records a recording may lack although the replayed engine writes them (a trace written before
+# they existed, SPEC §23, §27): positions are counted without them.
+_OPTIONAL_RECORDS: Final = frozenset({"settings", "workspace_snapshot"})
+
 _USER_ABORTS: Final = frozenset(
     {mk.ABORT_BY_USER, mk.ABORT_DURING_BACKOFF, mk.ABORT_DURING_COMPACTION}
 )
@@ -1137,9 +1141,14 @@ class _Driver:
     """Counts what the replayed session writes and acts at the recorded points: steering,
     aborts, and the stop at a recorded crash (a copy of the files as they stood then)."""
 
-    def __init__(self, timing: _Timing, root: DataRoot) -> None:
+    def __init__(
+        self, timing: _Timing, root: DataRoot, *, uncounted: frozenset[str] = frozenset()
+    ) -> None:
         self.timing = timing
         self.root = root
+        # Record types the recording does not hold (or the comparison leaves out): a replayed
+        # one is not a recorded position.
+        self.uncounted = uncounted
         self.count = 0
         self.session: Session | None = None
         self.signal: AbortSignal | None = None
@@ -1147,9 +1156,11 @@ class _Driver:
         self.scope: anyio.CancelScope | None = None
         self.snapshot: dict[Path, bytes] | None = None
 
-    def on_record(self, _msg: OmniMessage, _path: Path) -> None:
+    def on_record(self, msg: OmniMessage, _path: Path) -> None:
         if self.snapshot is not None:
             return  # stopped at the crash: what the session writes now is thrown away
+        if self.uncounted and payload_type(msg) in self.uncounted:
+            return
         self.count += 1
         n = self.count
         if self.crash_at is not None and n == self.crash_at:
@@ -1253,7 +1264,9 @@ async def _rerun(
                 end = len(located)
             crash = end is not None and _crashed(records[:end], segment[-1])
             cuts.append(end if crash else None)
-        driver = _Driver(timing, root)
+        recorded_types = {payload_type(r) for r in records}
+        uncounted = frozenset(t for t in _OPTIONAL_RECORDS if t not in recorded_types)
+        driver = _Driver(timing, root, uncounted=uncounted)
         llm.on_cut = driver.on_cut
         async with AsyncExitStack() as stack:
             # The children run in their runners' task groups, open around the parent.
@@ -1280,7 +1293,11 @@ async def _rerun(
                     session = await resume_session(
                         root, session_id, llm=llm, environment=env, workspace=workspace, **options
                     )
-                    driver.count = len(load_located(root.trace_files(session_id)))
+                    driver.count = sum(
+                        1
+                        for loc in load_located(root.trace_files(session_id))
+                        if payload_type(loc.record) not in uncounted
+                    )
                 driver.session, driver.crash_at = session, cut
                 session.add_record_listener(driver.on_record)
                 session.add_backoff_listener(driver.on_backoff)

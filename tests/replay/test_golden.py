@@ -933,3 +933,23 @@ async def test_exhausted_reconnects_end_the_run_on_their_own(tmp_path: Path) -> 
     d = longer.divergence
     assert d is not None and d.reason == "request_end: unexpected payload.retry_in_ms"
     assert d.line == line_of(paths[0], '"type":"abort"') - 1
+
+
+def test_records_the_recording_lacks_do_not_shift_the_recorded_positions(tmp_path: Path) -> None:
+    """R-GOLD-1..3 count recorded positions: a ``settings`` record (SPEC §23) that the replayed
+    engine writes into a recording made before such records existed is not a position, so
+    steering, aborts and crash cuts stay where the recording has them."""
+    from eventstore import decode
+    from replay import golden as _golden
+
+    settings = decode(
+        b'{"timestamp":"2026-12-02T00:00:00.000Z","type":"event_msg",'
+        b'"payload":{"type":"settings","max_turns":100}}'
+    )
+    driver = _golden._Driver(
+        _golden._Timing(), DataRoot(tmp_path), uncounted=frozenset({"settings"})
+    )
+    driver.on_record(settings, tmp_path)
+    assert driver.count == 0
+    driver.on_record(b.request_begin(), tmp_path)
+    assert driver.count == 1
