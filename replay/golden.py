@@ -1137,6 +1137,12 @@ def _cut_before(located: list[Located], start: int) -> int:
     return c
 
 
+def _positions(root: DataRoot, session_id: str, uncounted: frozenset[str]) -> int:
+    """The recorded positions a resumed session's files hold (its closure records included)."""
+    records = load_located(root.trace_files(session_id))
+    return sum(1 for loc in records if payload_type(loc.record) not in uncounted)
+
+
 class _Driver:
     """Counts what the replayed session writes and acts at the recorded points: steering,
     aborts, and the stop at a recorded crash (a copy of the files as they stood then)."""
@@ -1293,11 +1299,7 @@ async def _rerun(
                     session = await resume_session(
                         root, session_id, llm=llm, environment=env, workspace=workspace, **options
                     )
-                    driver.count = sum(
-                        1
-                        for loc in load_located(root.trace_files(session_id))
-                        if payload_type(loc.record) not in uncounted
-                    )
+                    driver.count = _positions(root, session_id, uncounted)
                 driver.session, driver.crash_at = session, cut
                 session.add_record_listener(driver.on_record)
                 session.add_backoff_listener(driver.on_backoff)
