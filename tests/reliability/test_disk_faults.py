@@ -40,6 +40,8 @@ import anyio
 import pytest
 from enginekit import assert_requests_paired
 
+import eventstore._dirs as dirs_module
+import eventstore._lock as lock_module
 import eventstore._writer as writer_module
 from engine import CompactionSettings, RetryPolicy, Session, SessionBroken, allow_all
 from engine.llm import ScriptedEnvironment, ScriptedLLM
@@ -91,6 +93,16 @@ WRITE_FAULTS = {
     "short+enospc+truncate-eio": "half written, ENOSPC, and the truncation back fails with EIO",
 }
 SYNC_FAULTS = {"fsync-eio": "fsync/fdatasync fails with EIO (the writer is poisoned)"}
+
+
+# The writer opens trace and lock files through ``_lock`` and syncs directories through
+# ``_dirs``: a stand-in for ``os`` must sit in all three to see every open, write and sync.
+STORE_OS_MODULES: tuple[ModuleType, ...] = (writer_module, lock_module, dirs_module)
+
+
+def _patch_store_os(monkeypatch: pytest.MonkeyPatch, proxy: Any) -> None:
+    for module in STORE_OS_MODULES:
+        monkeypatch.setattr(module, "os", proxy)
 
 
 class FaultyOS:
@@ -199,7 +211,7 @@ async def count_calls(
 ) -> tuple[int, int]:
     """The writer's write and sync calls during a clean run (closing excluded)."""
     proxy = FaultyOS(None, home)
-    monkeypatch.setattr(writer_module, "os", proxy)
+    _patch_store_os(monkeypatch, proxy)
     llm = ScriptedLLM(child.crash_script(0, tasks=TASKS, seed=SEED, delays=False))
     session = await Session.create(
         llm=llm,
@@ -253,7 +265,7 @@ async def faulty_run(
 ) -> str:
     """One run with one fault; returns how the resume after it went."""
     proxy = FaultyOS(fault, home)
-    monkeypatch.setattr(writer_module, "os", proxy)
+    _patch_store_os(monkeypatch, proxy)
     llm = ScriptedLLM(child.crash_script(0, tasks=TASKS, seed=SEED, delays=False))
     session = await Session.create(
         llm=llm,
@@ -353,7 +365,7 @@ async def short_writes_run(home: Path, workspace: Path, monkeypatch: pytest.Monk
             # Every write stops short of its end; the writer's loop must finish the record.
             return os.write(fd, data[: max(1, len(data) - 7)])
 
-    monkeypatch.setattr(writer_module, "os", ShortOS(None, home))
+    _patch_store_os(monkeypatch, ShortOS(None, home))
     llm = ScriptedLLM(child.crash_script(0, tasks=TASKS, seed=SEED, delays=False))
     session = await Session.create(
         llm=llm,
@@ -406,7 +418,8 @@ async def _failed_rotation_head(home: Path, workspace: Path, marker: bytes) -> l
     """A boundary compaction leaves a rotation pending; the next run's first records go to a
     new file.  One of them fails; after the fault, the session is resumed and runs again."""
     proxy = _FailOneWrite(marker)
-    writer_module.os = proxy  # type: ignore[assignment]
+    for module in STORE_OS_MODULES:
+        module.os = proxy  # type: ignore[attr-defined]
     script = {
         "tools": [{"name": "t", "description": "a tool"}],
         "responses": [
@@ -429,7 +442,8 @@ async def _failed_rotation_head(home: Path, workspace: Path, marker: bytes) -> l
             proxy.armed = True
             out = [m async for m in session.run([b.user_text("b")], approve=allow_all)]
     finally:
-        writer_module.os = os  # type: ignore[assignment]
+        for module in STORE_OS_MODULES:
+            module.os = os  # type: ignore[attr-defined]
     failed = out[-1].payload
     assert isinstance(failed, AbortPayload) and failed.reason.startswith(REASON)
     llm2 = ScriptedLLM([[{"text": "three"}]])

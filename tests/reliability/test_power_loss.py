@@ -35,6 +35,8 @@ import anyio
 import pytest
 from enginekit import assert_requests_paired
 
+import eventstore._dirs as dirs_module
+import eventstore._lock as lock_module
 import eventstore._writer as writer_module
 from engine import CompactionSettings, RetryPolicy, Session, allow_all
 from engine.llm import ScriptedEnvironment, ScriptedLLM
@@ -81,6 +83,11 @@ class Op:
     path: Path
     offset: int = 0
     data: bytes = b""
+
+
+# The writer opens trace and lock files through ``_lock`` and syncs directories through
+# ``_dirs``: a stand-in for ``os`` must sit in all three to see every open, write and sync.
+STORE_OS_MODULES: tuple[ModuleType, ...] = (writer_module, lock_module, dirs_module)
 
 
 class RecordingOS:
@@ -325,7 +332,9 @@ def test_power_loss_never_loses_a_committed_turn_r_trace_16(
     workspace = tmp_path / "ws"
     workspace.mkdir()
     log: list[Op] = []
-    monkeypatch.setattr(writer_module, "os", RecordingOS(log))
+    recording = RecordingOS(log)
+    for module in STORE_OS_MODULES:  # every module through which the writer reaches the disk
+        monkeypatch.setattr(module, "os", recording)
     session_id = anyio.run(record_session, home, workspace)
     monkeypatch.undo()
 
