@@ -87,9 +87,10 @@ class _Ignore:
         return bool(self.spec.match_file(path))
 
 
-def _walk(workspace: Path) -> Iterator[tuple[str, os.stat_result]]:
+def _walk(workspace: Path, skip: frozenset[str]) -> Iterator[tuple[str, os.stat_result]]:
     """Every regular file under ``workspace`` not ignored by a ``.gitignore`` on its way, as
-    (relative POSIX path, lstat), in a stable order."""
+    (relative POSIX path, lstat), in a stable order; directories in ``skip`` (relative paths)
+    are not entered."""
     specs: list[tuple[str, _Ignore]] = []
 
     def visit(directory: Path, rel: str) -> Iterator[tuple[str, os.stat_result]]:
@@ -113,7 +114,7 @@ def _walk(workspace: Path) -> Iterator[tuple[str, os.stat_result]]:
             except OSError:
                 continue
             is_dir = stat.S_ISDIR(st.st_mode)
-            if is_dir and entry.name == ".git":
+            if is_dir and (entry.name == ".git" or path in skip):
                 continue
             if specs and _ignored(specs, path, is_dir):
                 continue
@@ -148,6 +149,8 @@ def scan_workspace(
     store: SnapshotStore | None,
     settings: SnapshotSettings,
     previous: SnapshotManifest | None = None,
+    *,
+    exclude: Path | None = None,
 ) -> ScanResult:
     """Scan ``workspace`` into ``store`` (``None``: hash only, store nothing).  Blocking: run it
     in a worker thread."""
@@ -156,7 +159,7 @@ def scan_workspace(
     skipped: list[str] = []
     old = previous.files if previous is not None else {}
     written = hashed = new_bytes = 0
-    for rel, st in _walk(workspace):
+    for rel, st in _walk(workspace, _skipped(workspace, exclude)):
         if st.st_size > settings.max_file_bytes:
             skipped.append(rel)
             continue
@@ -184,6 +187,18 @@ def scan_workspace(
     return ScanResult(manifest=manifest, written=written, hashed=hashed)
 
 
+def _skipped(workspace: Path, exclude: Path | None) -> frozenset[str]:
+    """``exclude`` (the data root, where the snapshots themselves live) as a path relative to
+    the workspace, when it lies inside it: a snapshot never copies the store or the traces."""
+    if exclude is None:
+        return frozenset()
+    try:
+        rel = exclude.resolve().relative_to(workspace.resolve())
+    except ValueError:
+        return frozenset()
+    return frozenset({rel.as_posix()}) if rel.parts else frozenset()
+
+
 class Snapshots:
     """One session's snapshots: what the last one was, and whether a tool ran since."""
 
@@ -194,8 +209,10 @@ class Snapshots:
         settings: SnapshotSettings,
         *,
         last_id: str | None = None,
+        exclude: Path | None = None,
     ) -> None:
         self.store = store
+        self.exclude = exclude
         self.workspace = workspace
         self.settings = settings
         self._last: SnapshotManifest | None = None
@@ -217,7 +234,7 @@ class Snapshots:
         if settings is None or not settings.enabled:
             return None
         store = SnapshotStore(root, project=project, agent=agent)
-        return cls(store, workspace, settings, last_id=last_id)
+        return cls(store, workspace, settings, last_id=last_id, exclude=root.home)
 
     def _previous(self) -> SnapshotManifest | None:
         if self._last is None and self._last_id is not None:
@@ -228,7 +245,9 @@ class Snapshots:
         return self._last
 
     def _take(self) -> tuple[str, SnapshotManifest]:
-        result = scan_workspace(self.workspace, self.store, self.settings, self._previous())
+        result = scan_workspace(
+            self.workspace, self.store, self.settings, self._previous(), exclude=self.exclude
+        )
         snapshot_id = self.store.put_manifest(result.manifest)
         self._last, self._last_id = result.manifest, snapshot_id
         return snapshot_id, result.manifest

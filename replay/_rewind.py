@@ -241,9 +241,9 @@ def task_changes(
     return out
 
 
-def _current(workspace: Path) -> SnapshotManifest:
+def _current(workspace: Path, exclude: Path) -> SnapshotManifest:
     """The workspace as it is now, hashed but not stored."""
-    return scan_workspace(workspace, None, SnapshotSettings()).manifest
+    return scan_workspace(workspace, None, SnapshotSettings(), exclude=exclude).manifest
 
 
 def _differs(a: SnapshotManifest, b: SnapshotManifest) -> list[str]:
@@ -273,7 +273,7 @@ def plan_rewind(
         raise FileNotFoundError(f"workspace does not exist: {ws}")
     target_id = _snapshot_for(tl, task)
     store = SnapshotStore(data_root, project=tl.project, agent=tl.agent)
-    now = _current(ws)
+    now = _current(ws, data_root.home)
     outside: list[str] = []
     if tl.snapshots:
         outside = _differs(store.read_manifest(tl.snapshots[-1].id), now)

@@ -21,7 +21,15 @@ from .terminal.safe import safe
 if TYPE_CHECKING:
     from engine import McpServer
 
-__all__ = ["CONFIG_KEYS", "Config", "config_path", "load_config", "mcp_servers", "save_config"]
+__all__ = [
+    "CONFIG_KEYS",
+    "Config",
+    "config_path",
+    "load_config",
+    "mcp_servers",
+    "save_config",
+    "snapshot_settings",
+]
 
 CONFIG_NAME: Final = "config.toml"
 _TABLE: Final = "defaults"
@@ -35,6 +43,7 @@ CONFIG_KEYS: Final[dict[str, str]] = {
     "or high",
     "sandbox": "tool sandbox of new sessions: workspace-write, read-only or off",
     "network": "whether tools of new sessions may use TCP: true or false",
+    "snapshots": "workspace snapshots before each turn's tools (for penguin rewind): true or false",
 }
 _CHOICES: Final[dict[str, tuple[str, ...]]] = {
     "provider": ("openai", "anthropic"),
@@ -42,6 +51,7 @@ _CHOICES: Final[dict[str, tuple[str, ...]]] = {
     "thinking": ("none", "minimal", "low", "medium", "high"),
     "sandbox": ("workspace-write", "read-only", "off"),
     "network": ("true", "false"),
+    "snapshots": ("true", "false"),
 }
 # Names that look like a secret: refused with a pointer to api_key_env.
 _SECRET_HINTS: Final = ("api_key", "apikey", "key", "token", "secret", "password")
@@ -103,7 +113,7 @@ def load_config(home: Path) -> Config:
         raise CliError(str(exc)) from None
     values: dict[str, str] = {}
     for key, value in table.items():
-        if isinstance(value, bool):  # `network = true` is TOML's own spelling
+        if isinstance(value, bool):  # `network = true` is TOML's own spelling (snapshots too)
             value = "true" if value else "false"
         check_setting(key, value, where=shown)
         values[key] = value
@@ -121,6 +131,15 @@ def mcp_servers(config: Config) -> dict[str, McpServer]:
         return servers_from_tables(config.mcp_servers, where=safe(str(config.path)))
     except McpConfigError as exc:
         raise CliError(str(exc)) from None
+
+
+def snapshot_settings(config: Config | None) -> dict[str, Any]:
+    """``Session.create``'s ``snapshots`` option: on unless the config says ``snapshots = false``
+    (SPEC §27: the application takes them by default; the library does not)."""
+    from engine import SnapshotSettings
+
+    off = config is not None and config.get("snapshots") == "false"
+    return {"snapshots": None if off else SnapshotSettings()}
 
 
 def check_setting(key: str, value: object, *, where: str = "config") -> None:

@@ -164,6 +164,7 @@ def create_app(
     idle_release: float | None = IDLE_RELEASE_S,
     buffer_pool_bytes: int = 256 * 2**20,
     mcp_servers: Mapping[str, McpServer] | None = None,
+    snapshots: bool = True,
 ) -> Starlette:
     """The server as an ASGI app; nothing runs until its lifespan starts.  ``fsync`` is the
     durability policy of the sessions it writes (R-TRACE-16); weaker than ``turn`` only by
@@ -171,7 +172,8 @@ def create_app(
     ``body_timeout`` seconds is answered 408; a session unused for ``idle_release`` seconds
     releases its lock (``None``: never) so other processes can resume it; all sessions' replay
     buffers together hold at most ``buffer_pool_bytes`` (least recently used emptied first)
-    (issue 29)."""
+    (issue 29).  ``snapshots``: the sessions it creates and loads take workspace snapshots
+    (SPEC §27; on by default, as in the CLI)."""
     data_root = root if isinstance(root, DataRoot) else DataRoot(root)
     ctx_box: list[ServerContext] = []
     host = SessionHost(
@@ -187,6 +189,7 @@ def create_app(
         idle_release=idle_release,
         buffer_pool_bytes=buffer_pool_bytes,
         mcp_servers=mcp_servers,
+        snapshots=snapshots,
         on_state=lambda h: ctx_box[0].session_state_event(h),
         on_created=lambda sid, source: ctx_box[0].session_created_event(sid, source),
     )

@@ -35,6 +35,7 @@ from engine import (
     SandboxMode,
     SandboxUnavailable,
     Session,
+    SnapshotSettings,
     check_workspace,
 )
 from engine.llm import ScriptedEnvironment, ScriptedLLM
@@ -118,8 +119,10 @@ class SessionHost:
         idle_release: float | None = IDLE_RELEASE_S,
         buffer_pool_bytes: int = 256 * 2**20,
         mcp_servers: Mapping[str, McpServer] | None = None,
+        snapshots: bool = True,
     ) -> None:
         self.root = root
+        self._snapshots = SnapshotSettings() if snapshots else None
         self.mcp_servers = dict(mcp_servers or {})  # config.toml's: a session's default
         self.buffers = BufferPool(buffer_pool_bytes)
         self._idle_release = idle_release
@@ -277,6 +280,7 @@ class SessionHost:
                 sandbox=sandbox,
                 network=network,
                 **_tool_options(self.mcp_servers if mcp is None else mcp, approval_rules),
+                snapshots=self._snapshots,
             )
         except SandboxUnavailable as exc:  # R-BOX-2: the session does not start
             await _close_llm(llm)
@@ -320,6 +324,7 @@ class SessionHost:
                     fsync=self._fsync,
                     **({} if h.sandbox is None else _box_options(h.sandbox)),
                     **h.tools,
+                    snapshots=self._snapshots,
                 )
             except SandboxUnavailable as exc:
                 await _close_llm(llm)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from penguin.cli.config import load_config, mcp_servers
+from penguin.cli.config import load_config, mcp_servers, snapshot_settings
 from penguin.cli.errors import CliError, errors_to_exit_codes
 from penguin.cli.globalopts import Globals, globals_of
 from penguin.cli.options import (
@@ -250,6 +250,7 @@ async def _open(
             mcp=servers,
             **box,
             approval_rules=rules,
+            **snapshot_settings(config),
         )
     location = root.locate(session_id, project=g.project, agent=g.agent)
     with quiet_reader():
@@ -266,6 +267,7 @@ async def _open(
             mcp=servers,
             **box,
             approval_rules=rules,
+            **snapshot_settings(config),
         )
 
 

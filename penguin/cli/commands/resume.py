@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from penguin.cli.config import load_config, mcp_servers
+from penguin.cli.config import load_config, mcp_servers, snapshot_settings
 from penguin.cli.errors import CliError, errors_to_exit_codes
 from penguin.cli.globalopts import Globals, globals_of
 from penguin.cli.options import (
@@ -250,6 +250,7 @@ def _continue(g: Globals, loaded: Loaded, message: str | None, opts: TaskOptions
                 mcp=servers or None,
                 **opts.sandbox_options(None),  # the recorded sandbox stands unless a flag says
                 approval_rules=config.approval_rules or None,
+                **snapshot_settings(config),
             )
         _report_cut(torn)
         return await run_task(

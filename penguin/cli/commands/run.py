@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 
-from penguin.cli.config import load_config, mcp_servers
+from penguin.cli.config import load_config, mcp_servers, snapshot_settings
 from penguin.cli.errors import errors_to_exit_codes
 from penguin.cli.globalopts import Globals, globals_of
 from penguin.cli.options import (
@@ -177,6 +177,7 @@ def _start(g: Globals, message: str, opts: TaskOptions, *, system_prompt: str | 
             mcp=servers or None,
             **opts.sandbox_options(config),
             approval_rules=config.approval_rules or None,
+            **snapshot_settings(config),
         )
         return await run_task(
             session,
