@@ -47,6 +47,17 @@ if TYPE_CHECKING:
     from ._retryable import RETRYABLE_STATUSES
     from ._sandbox import SANDBOX_MODES, SandboxMode, SandboxPolicy, landlock_abi
     from ._session import Compactability, RecordListener, Session
+    from ._settings import (
+        APPROVAL_MODES,
+        SessionOptions,
+        approval_mode_of,
+        approve_for,
+        public_url,
+        recorded_model,
+        recorded_options,
+        settings_payload,
+        with_approval_mode,
+    )
     from ._signal import AbortSignal
     from ._snapshots import SnapshotSettings, scan_workspace
     from ._subagent import (
@@ -101,6 +112,20 @@ _LAZY: dict[str, str] = {
         "._protocols",
     ),
     **dict.fromkeys(("Compactability", "RecordListener", "Session"), "._session"),
+    **dict.fromkeys(
+        (
+            "APPROVAL_MODES",
+            "SessionOptions",
+            "approval_mode_of",
+            "approve_for",
+            "public_url",
+            "recorded_model",
+            "recorded_options",
+            "settings_payload",
+            "with_approval_mode",
+        ),
+        "._settings",
+    ),
     "AbortSignal": "._signal",
     **dict.fromkeys(
         (
@@ -116,6 +141,7 @@ _LAZY: dict[str, str] = {
 }
 
 __all__ = [
+    "APPROVAL_MODES",
     "DEFAULT_MAX_TURNS",
     "RETRYABLE_STATUSES",
     "LLM",
@@ -151,6 +177,7 @@ __all__ = [
     "Session",
     "SessionBroken",
     "SessionBusy",
+    "SessionOptions",
     "SessionSubagentRunner",
     "SubagentOutcome",
     "SubagentRunner",
@@ -160,13 +187,20 @@ __all__ = [
     "ToolError",
     "ToolResult",
     "allow_all",
+    "approval_mode_of",
+    "approve_for",
     "builtin_tools",
     "check_workspace",
     "deny_all",
     "landlock_abi",
     "llm_identity",
     "scan_workspace",
+    "public_url",
+    "recorded_model",
+    "recorded_options",
+    "settings_payload",
     "subagent_tool",
+    "with_approval_mode",
 ]
 
 

@@ -66,6 +66,8 @@ class Recorder:
         self._head_records: list[OmniMessage] = []
         self._tool_list: OmniMessage | None = None
         self._tool_list_in_file = False
+        # A settings record to write at the next rotation head instead of before it (R-SET-2).
+        self._settings_next: OmniMessage | None = None
         self._listeners: list[RecordListener] = []
 
     @property
@@ -140,10 +142,33 @@ class Recorder:
             writer.append(self._tool_list)
             self._head_records.append(self._tool_list)
             self._tool_list_in_file = True
+        # R-SET-2c: each file carries the settings it is written under, right after
+        # tool_list_ready (stamped now: R-SET-6).
+        settings, self._settings_next = self._settings_next, None
+        if settings is None and self.state.settings is not None:
+            settings = b.settings(self.state.settings)
+        if settings is not None:
+            settings = b.restamped(settings)
+            writer.append(settings)
+            self._head_records.append(settings)
 
     def add_listener(self, listener: RecordListener) -> Callable[[], None]:
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
+
+    # ------------------------------------------------------------------ settings
+
+    def record_settings(self, msg: OmniMessage) -> None:
+        """R-SET-2: write a settings record before a run's input — unless a rotation is
+        pending: then the new file's head carries it, written with the next record.  Like the
+        prompt, it is recorded, not streamed: the caller chose it.  Nothing when the recorded
+        settings are the same (R-SET-2b)."""
+        if msg.payload == self.state.settings:
+            return
+        if self.meta_written and self.state.rotation_pending and not self._head_only:
+            self._settings_next = msg
+            return
+        self.record(b.restamped(msg))
 
     # ------------------------------------------------------------------ the tool list
 

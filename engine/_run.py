@@ -60,6 +60,7 @@ class Run:
     tap: Callable[[OmniMessage], None] | None = None  # sees every message (goal mode)
     observer: Callable[[OmniMessage], None] | None = None  # the caller's (``run(observer=)``)
     ended_by_abort: bool = False  # the loop emitted the run's ``abort``
+    settings: OmniMessage | None = None  # the run's settings record (SPEC §23)
 
     def push(self, msg: OmniMessage) -> None:
         if self.tap is not None:

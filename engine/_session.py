@@ -35,6 +35,7 @@ from eventstore import (
     ImageUrlPayload,
     OmniMessage,
     SessionMetaPayload,
+    SettingsPayload,
     TokenCounts,
     ToolDefinition,
     TraceWriter,
@@ -53,6 +54,7 @@ from ._protocols import LLM, ApproveFn, BindsScratchpad, Environment, llm_identi
 from ._recorder import Recorder, RecordListener
 from ._run import Run, WriteFailed, first_write_failure, next_message
 from ._sandbox import SandboxMode, SandboxPolicy, apply_sandbox, sandboxed
+from ._settings import SessionOptions
 from ._signal import AbortSignal
 from ._snapshots import Snapshots, SnapshotSettings
 from ._steering import Steering
@@ -81,9 +83,7 @@ class Session:
         project: str,
         agent: str,
         workspace: Path,
-        compaction: CompactionSettings | None,
-        max_turns: int,
-        retry: RetryPolicy,
+        options: SessionOptions,
     ) -> None:
         """Internal: use ``create`` or ``resume``."""
         self._tools = environment if isinstance(environment, SessionTools) else None
@@ -95,7 +95,7 @@ class Session:
         self._project = project
         self._agent = agent
         self._workspace = workspace
-        self._max_turns = max_turns
+        self.options = options  # what the settings records state (SPEC §23)
         self._tg: anyio.abc.TaskGroup | None = None
         self._entered = False
         self._active: Run | None = None
@@ -109,15 +109,15 @@ class Session:
             recorder=recorder,
             llm=llm,
             environment=environment,
-            retry=retry,
+            retry=options.retry,
             system_prompt=self.system_prompt,
             on_assistant_text=self._title.assistant_text,
         )
         self._compactor = CompactionRunner(
-            compaction,
+            options.compaction,
             recorder=recorder,
             turns=self._turns,
-            retry=retry,
+            retry=options.retry,
             context_window=llm_identity(llm)[2],
             steering_queued=lambda: bool(self._steering),
             resolve_tools=self._turns.resolve_tools,
@@ -146,6 +146,7 @@ class Session:
         sandbox: SandboxMode | None = None,
         network: bool | None = None,
         snapshots: SnapshotSettings | None = None,
+        thinking_level: str | None = None,
     ) -> Session:
         """A new session (R-SESSION-1): validates the workspace, allocates an id, writes nothing.
         ``mcp``: MCP servers' tools (§26); ``approval_rules``: allow/ask/deny by tool (R-MCP-3);
@@ -158,6 +159,7 @@ class Session:
         recorder = _new_recorder(
             llm, data_root, ws, system_prompt, project, agent, source=source, fsync=fsync
         )
+        options = SessionOptions(max_turns, compaction, retry, thinking_level, llm)
         session = cls(
             llm=llm,
             environment=environment,
@@ -166,9 +168,7 @@ class Session:
             project=project,
             agent=agent,
             workspace=ws,
-            compaction=compaction,
-            max_turns=max_turns,
-            retry=retry,
+            options=options,
         )
         session._turns.use_snapshots(Snapshots.of(snapshots, data_root, project, agent, ws))
         return session
@@ -197,6 +197,7 @@ class Session:
         sandbox: SandboxMode | None = None,
         network: bool | None = None,
         snapshots: SnapshotSettings | None = None,
+        thinking_level: str | None = None,
     ) -> Session:
         """A recorded session continued: its ``session_meta``, the ``writer`` holding the lock
         on its latest file, and the ``context``/``state`` folded from its trace (with the
@@ -216,6 +217,7 @@ class Session:
             context=context,
             state=state,
         )
+        options = SessionOptions(max_turns, compaction, retry, thinking_level, llm)
         session = cls(
             llm=llm,
             environment=environment,
@@ -224,9 +226,7 @@ class Session:
             project=project,
             agent=agent,
             workspace=workspace,
-            compaction=compaction,
-            max_turns=max_turns,
-            retry=retry,
+            options=options,
         )
         session._turns.use_snapshots(Snapshots.of(snapshots, root, project, agent, workspace))
         return session
@@ -312,6 +312,10 @@ class Session:
         """The scratchpad, created on demand with 0700 directories (R-IMG-1, R-ROOT-9)."""
         return self._root.ensure_dir(self.scratchpad)
 
+    def settings(self, approve: ApproveFn | None = None) -> SettingsPayload:
+        """What a run with ``approve`` (``None``: the recorded mode) records (R-SET-1)."""
+        return self.options.for_run(self._rec.state.settings, approve, None)[0]
+
     @property
     def sandbox(self) -> SandboxPolicy | None:  # SPEC §25; None: the environment has none
         return None if (box := sandboxed(self._env)) is None else box.sandbox
@@ -370,8 +374,12 @@ class Session:
         self._check_idle()
         goal_run = GoalRun.prepare(_GoalSeams(self), messages, goal) if goal is not None else None
         self._busy = True
+        # R-SET-3: what the run does not pass, the session's (recorded) settings give.
+        settings, approve, thinking_level = self.options.for_run(
+            self._rec.state.settings, approve, thinking_level
+        )
         approve = self._tools.approve(approve) if self._tools is not None else approve
-        run, recv, forget = _new_run(signal, approve, thinking_level, observer)
+        run, recv, forget = _new_run(signal, approve, thinking_level, observer, settings)
         self._active = run
         assert self._tg is not None
         work = self._task(run, list(messages or ())) if goal_run is None else goal_run.drive(run)
@@ -432,6 +440,9 @@ class Session:
         if not self._llm.vision and any(isinstance(m.payload, ImageUrlPayload) for m in prompt):
             prompt = fold_images(prompt, self._scratchpad_dir())  # R-RUN-4, R-IMG-4
         await self._turns.resolve_tools()
+        # R-SET-2: before the input of a run whose settings differ from the recorded ones.
+        if run.settings is not None:
+            self._rec.record_settings(run.settings)
         # R-RUN-5/6: pending summary, then the prompt, then (first run) tool_list_ready.
         summary = self._rec.context.pending_summary
         if summary is not None:
@@ -443,7 +454,7 @@ class Session:
         if run.signal.aborted:  # R-RUN-7
             self._emit(run, b.abort(mk.ABORT_BY_USER))
             return
-        await self._turns.loop(run, self._max_turns, self._between_turns)
+        await self._turns.loop(run, self.options.max_turns, self._between_turns)
         await self._turns.snapshot_at_run_end(run)
 
     async def _between_turns(self, run: Run, called: bool) -> bool:
@@ -570,6 +581,7 @@ def _new_run(
     approve: ApproveFn | None,
     thinking_level: str | None,
     observer: Callable[[OmniMessage], None] | None = None,
+    settings: SettingsPayload | None = None,
 ) -> tuple[Run, MemoryObjectReceiveStream[OmniMessage], Callable[[], None]]:
     """A new run with its own signal, which ``signal`` (the caller's) also fires."""
     internal = AbortSignal()
@@ -577,6 +589,7 @@ def _new_run(
     send, recv = anyio.create_memory_object_stream[OmniMessage](math.inf)
     run = Run(send=send, signal=internal, approve=approve, thinking_level=thinking_level)
     run.observer = observer
+    run.settings = b.settings(settings) if settings is not None else None
     return run, recv, forget
 
 

@@ -59,6 +59,6 @@ class Steering:
             emit(b.user_text(mk.steering_block(bodies)))
             for msg in entry:
                 if not (isinstance(msg.payload, TextPayload) and msg.payload.role == "user"):
-                    emit(msg)
+                    emit(b.restamped(msg))  # R-SET-6: stamped when written
             delivered = True
         return delivered

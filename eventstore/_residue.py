@@ -2,20 +2,20 @@
 
 Owns: deciding, from a file's records in order, whether the file is a real trace file or what a
 crash left behind — no decodable ``session_meta``, or (index > 1) nothing but the rotation head
-(``session_meta``, ``tool_list_ready``: copies of earlier records).  Does not: read files (the
+(``session_meta``, ``tool_list_ready``, ``settings``: copies of earlier records).  Does not: read files (the
 reader and the layout feed it) or delete anything.
 """
 
 from __future__ import annotations
 
-from ._schema import OmniMessage, ToolListReadyPayload
+from ._schema import HEAD_EVENT_TYPES, OmniMessage
 
 __all__ = ["ResidueCheck", "is_rotation_head"]
 
 
 def is_rotation_head(record: OmniMessage) -> bool:
     """Whether ``record`` is one a rotation copies to the head of the next file."""
-    return record.type == "session_meta" or isinstance(record.payload, ToolListReadyPayload)
+    return record.type == "session_meta" or isinstance(record.payload, HEAD_EVENT_TYPES)
 
 
 class ResidueCheck:
@@ -34,7 +34,7 @@ class ResidueCheck:
         if not self.settled:
             if record.type == "session_meta":
                 self._has_meta = True
-            elif not isinstance(record.payload, ToolListReadyPayload):
+            elif not isinstance(record.payload, HEAD_EVENT_TYPES):
                 self._beyond_head = True
             self.settled = self._has_meta and (self._index == 1 or self._beyond_head)
         return self.settled

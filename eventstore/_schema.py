@@ -32,6 +32,7 @@ __all__ = [
     "CompactionReason",
     "EventPayload",
     "EventType",
+    "HEAD_EVENT_TYPES",
     "GoalFinishedPayload",
     "ImageUrlPayload",
     "InlineDataPayload",
@@ -50,6 +51,7 @@ __all__ = [
     "Role",
     "Sender",
     "SessionMetaPayload",
+    "SettingsPayload",
     "StopReason",
     "SubagentPayload",
     "TextPayload",
@@ -305,6 +307,37 @@ class WorkspaceSnapshotPayload(_Payload, tag="workspace_snapshot", kw_only=True,
     skipped: int | None = None
 
 
+class SettingsPayload(_Payload, tag="settings", kw_only=True, frozen=True):
+    """SPEC R-SET-1: the complete settings in effect from this record on (not a diff).
+
+    Every key is optional and omitted when it does not apply (a reference trace has no settings
+    record at all).  The nested values are plain JSON objects, not structs, so that a key a newer
+    writer adds inside one of them (a new compaction option) is still read by this version and
+    round-trips unchanged; the engine converts them (``engine.settings_from_record``).
+
+    How a feature adds a key: one optional field here (default ``None``, so it is omitted on the
+    wire), filled where the engine states its settings (``engine._settings``) and read back
+    where a resumed session takes them (the same module).  Never a secret (R-SET-4).
+    """
+
+    # "ask" | "allow-all" | "deny-all" | "callback" (a library host's own approve function).
+    approval: str | None = None
+    # Per tool (or MCP server) name: "allow" | "deny" | "ask", overriding ``approval``.
+    approval_rules: dict[str, str] | None = None
+    max_turns: int | None = None
+    # {mode, max_context_length, max_session_turns, prompt (only when not the default)};
+    # ``False``: compaction disabled (SPEC R-COMPACT-1).
+    compaction: dict[str, Any] | bool | None = None
+    # {max_reconnects, base_ms, cap_ms, request_timeout_ms?, compaction_max_reconnects?}
+    retry: dict[str, Any] | None = None
+    # The default thinking level of runs that do not pass one.
+    thinking_level: str | None = None
+    # {provider, model_id, base_url?}: the endpoint without userinfo (R-SET-4).
+    model: dict[str, Any] | None = None
+    # The enabled tool names, when the host restricts them.
+    tools: list[str] | None = None
+
+
 # --------------------------------------------------------------------------- session_meta, unknown
 
 
@@ -367,6 +400,7 @@ EventPayload: TypeAlias = (
     | McpConnectEndPayload
     | GoalFinishedPayload
     | WorkspaceSnapshotPayload
+    | SettingsPayload
 )
 Payload: TypeAlias = ModelPayload | EventPayload | SessionMetaPayload | UnknownPayload
 
@@ -403,7 +437,14 @@ EVENT_PAYLOAD_TYPES: Final[tuple[type[_Payload], ...]] = (
     McpConnectEndPayload,
     GoalFinishedPayload,
     WorkspaceSnapshotPayload,
+    SettingsPayload,
 )
+
+
+HEAD_EVENT_TYPES: Final[tuple[type[_Payload], ...]] = (ToolListReadyPayload, SettingsPayload)
+"""The events a rotation writes after ``session_meta`` at a new file's head (R-TRACE-8,
+R-SET-2c): a file that holds nothing else is crash residue (R-ROOT-10), and they do not start
+a new context (R-PROJ-1)."""
 
 
 def _tag(cls: type[_Payload]) -> str:

@@ -12,6 +12,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
+import msgspec
+
 from ._schema import (
     PARTIAL_PAYLOAD_TYPES,
     PAYLOAD_TAG_OF,
@@ -35,6 +37,7 @@ from ._schema import (
     RequestEndPayload,
     Sender,
     SessionMetaPayload,
+    SettingsPayload,
     StopReason,
     SubagentPayload,
     TextPayload,
@@ -71,7 +74,9 @@ __all__ = [
     "payload_type",
     "request_begin",
     "request_end",
+    "restamped",
     "session_meta",
+    "settings",
     "stop_reason_of",
     "subagent",
     "text",
@@ -415,6 +420,16 @@ def tool_list_ready(
     tools: Iterable[ToolDefinition], *, timestamp: str | None = None
 ) -> OmniMessage:
     return _event(ToolListReadyPayload(tools=list(tools)), timestamp)
+
+
+def restamped(msg: OmniMessage) -> OmniMessage:
+    """``msg`` stamped now (R-SET-6: a record is stamped when it is written)."""
+    return msgspec.structs.replace(msg, timestamp=now_iso())
+
+
+def settings(payload: SettingsPayload, *, timestamp: str | None = None) -> OmniMessage:
+    """R-SET-1: the ``settings`` event stating the complete settings in effect."""
+    return _event(payload, timestamp)
 
 
 def subagent(session_id: str, *, timestamp: str | None = None) -> OmniMessage:

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
     from ._context import CarryOver, ModelContext
     from ._goal import GoalOutcome, GoalState
-    from ._state import SessionState, StateSummary
+    from ._state import SessionSettings, SessionState, StateSummary
+    from ._status import RunEnd, SessionStatus, TaskActivity, session_status
     from ._summary import (
         FileFold,
         FileSummary,
@@ -40,7 +41,8 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     **dict.fromkeys(("CarryOver", "ModelContext"), "._context"),
     **dict.fromkeys(("GoalOutcome", "GoalState"), "._goal"),
-    **dict.fromkeys(("SessionState", "StateSummary"), "._state"),
+    **dict.fromkeys(("SessionSettings", "SessionState", "StateSummary"), "._state"),
+    **dict.fromkeys(("RunEnd", "SessionStatus", "TaskActivity", "session_status"), "._status"),
     **dict.fromkeys(
         (
             "FileFold",
@@ -69,12 +71,17 @@ __all__ = [
     "FileSummary",
     "GoalEffect",
     "ModelContext",
+    "RunEnd",
+    "SessionSettings",
     "SessionState",
+    "SessionStatus",
     "StateSummary",
+    "TaskActivity",
     "Usage",
     "UsageRow",
     "UsageSummary",
     "project",
+    "session_status",
     "summarize_file",
     "usage_summary",
 ]

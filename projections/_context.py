@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from eventstore import (
+    HEAD_EVENT_TYPES,
     AbortPayload,
     CompactionBeginPayload,
     CompactionEndPayload,
@@ -365,7 +366,7 @@ class ModelContext:
                 self._new_file = True
             self._seen_meta = True
             return
-        if self._new_file and kind is not ToolListReadyPayload:
+        if self._new_file and kind not in HEAD_EVENT_TYPES:
             self._new_file = False
             self._reset(keep_summary=False)
         self._view_cache = None

@@ -34,6 +34,7 @@ from typing import Any
 import msgspec
 
 from eventstore import (
+    HEAD_EVENT_TYPES,
     PARTIAL_PAYLOAD_TYPES,
     AbortPayload,
     CompactionBeginPayload,
@@ -41,22 +42,30 @@ from eventstore import (
     CompactionMode,
     CompactionReason,
     GoalFinishedPayload,
+    ImageUrlPayload,
+    InlineDataPayload,
     OmniMessage,
     RequestBeginPayload,
     RequestEndPayload,
     SessionMetaPayload,
+    SettingsPayload,
     StopReason,
     TextPayload,
     TokenCounts,
     TokenUsagePayload,
     ToolCallPayload,
-    ToolListReadyPayload,
 )
 
 from ._goal import GoalState
-from .markers import extract_summary
+from ._status import RunEnd, SessionStatus, TaskActivity, session_status
+from .markers import ABORT_BY_USER, extract_summary
 
-__all__ = ["SessionState", "StateSummary"]
+__all__ = ["SessionSettings", "SessionState", "StateSummary"]
+
+SessionSettings = SettingsPayload
+"""The settings fold's value (R-SET-1): the last ``settings`` record's payload, which states the
+complete settings in effect.  ``SessionState.settings`` is ``None`` for a trace that has none (a
+reference trace: its settings are the defaults)."""
 
 
 class StateSummary(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -90,6 +99,11 @@ class StateSummary(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit
     awaiting_tools: bool | None = None
     head: bool = False
     closed: bool = False
+    # R-SET-1/5: ``None`` means "not set by this file" (the last settings record wins; the way
+    # the last run ended; whether a run was left open).
+    settings: SettingsPayload | None = None
+    run_end: str | None = None
+    run_open: bool | None = None
 
 
 @dataclass(slots=True)
@@ -115,6 +129,8 @@ class SessionState:
     # The latest goal run (R-GOAL-7): folded here so that it spans every file, like the
     # counters, and is rebuilt wherever the session state is.
     goal: GoalState = field(default_factory=GoalState)
+    # R-SET-1: the last settings record (``None``: the trace has none, e.g. a reference trace).
+    settings: SessionSettings | None = None
 
     # --- fold scratch (not part of equality) ---------------------------------------------
     # The open request span: began inside a compaction span, recorded a token_usage, has been
@@ -137,6 +153,37 @@ class SessionState:
     _head: bool = field(default=False, init=False, repr=False, compare=False)
     # The last record is a completed compaction_end whose closure is not void.
     _closed: bool = field(default=False, init=False, repr=False, compare=False)
+    # R-SET-5: how the last ended run ended, and whether a run started and has not ended.
+    _run_end: RunEnd | None = field(default=None, init=False, repr=False, compare=False)
+    _run_open: bool | None = field(default=False, init=False, repr=False, compare=False)
+
+    # ------------------------------------------------------------------------- status (R-SET-5)
+
+    @property
+    def run_end(self) -> RunEnd | None:
+        """How the session's last ended run ended (``None``: no run has ended)."""
+        return self._run_end
+
+    @property
+    def run_open(self) -> bool:
+        """A run (or compaction) started and has no end in the records: while its lock is held
+        it is running, otherwise it crashed (``interrupted``)."""
+        return bool(
+            self._run_open
+            or self.open_request
+            or self.open_compaction is not None
+            or self.task_running
+        )
+
+    @property
+    def status(self) -> SessionStatus:
+        """The status from the records alone, for a session whose lock nobody holds."""
+        return session_status(self, locked=False)
+
+    def status_given(self, *, locked: bool, activity: TaskActivity | None = None) -> SessionStatus:
+        """The one status (R-SET-5): ``locked`` is the lock probe's answer (held by a live
+        writer); ``activity`` what a host that runs the session knows of it right now."""
+        return session_status(self, locked=locked, activity=activity)
 
     @classmethod
     def from_records(cls, records: Iterable[OmniMessage]) -> SessionState:
@@ -178,7 +225,7 @@ class SessionState:
                 self._head = True
             self._derive()
             return
-        if self._head and kind is not ToolListReadyPayload:
+        if self._head and kind not in _HEAD_KINDS:
             self._head = False
             self._start_new_context()
         if handler is not None:
@@ -195,6 +242,8 @@ class SessionState:
             self.goal.apply_payload(RequestBeginPayload, payload)
         if self.open_request:
             self._end_span(committed=False)  # R-RESUME-5
+        if self.open_compaction is None:
+            self._run_open = True  # a run with an empty prompt starts here
         self.open_request = True
         self._span_in_compaction = self.open_compaction is not None
         self._span_usage = False
@@ -207,7 +256,15 @@ class SessionState:
             self.goal.apply_payload(RequestEndPayload, payload)
         self.last_request_status = payload.status
         if self.open_request:
+            final = (
+                payload.status == "completed"
+                and not self._span_in_compaction
+                and not self._span_calls
+            )
             self._end_span(committed=payload.status == "completed")
+            if final:
+                # A turn without a tool call ends its task (R-RUN-1).
+                self._end_run("completed")
 
     def _on_text(self, payload: TextPayload) -> None:
         if self.goal.counting or payload.text.startswith("[goal]"):
@@ -216,8 +273,11 @@ class SessionState:
             if not self.open_request:
                 # Outside any span only the max-turns notice is written (R-MAXT-2).
                 self._awaiting_tools = False
+                self._end_run("max_turns")
             elif self._span_in_compaction:
                 self._span_texts.append(payload.text)
+        elif not self.open_request and self.open_compaction is None:
+            self._run_open = True  # a task's input (prompt, steering, goal round)
 
     def _on_tool_call(self, payload: ToolCallPayload) -> None:
         if self.open_request and payload.stop_reason in (None, "completed"):
@@ -227,9 +287,22 @@ class SessionState:
         if self.goal.counting:
             self.goal.apply_payload(AbortPayload, payload)
         self._awaiting_tools = False
+        self._end_run("aborted" if payload.reason == ABORT_BY_USER else "failed")
 
     def _on_goal_finished(self, payload: GoalFinishedPayload) -> None:
         self.goal.apply_payload(GoalFinishedPayload, payload)
+        self._end_run(_GOAL_ENDS[payload.outcome])
+
+    def _on_image(self, payload: object) -> None:
+        if not self.open_request and self.open_compaction is None:
+            self._run_open = True
+
+    def _on_settings(self, payload: SettingsPayload) -> None:
+        self.settings = payload
+
+    def _end_run(self, how: RunEnd) -> None:
+        self._run_end = how
+        self._run_open = False
 
     def _on_compaction_begin(self, payload: CompactionBeginPayload) -> None:
         if self.goal.counting:
@@ -304,6 +377,7 @@ class SessionState:
         state = cls()
         state._span_in_compaction = None
         state._awaiting_tools = None
+        state._run_open = None
         return state
 
     def _summary(self, *, mergeable: bool, tokens_set: bool, status_set: bool) -> StateSummary:
@@ -328,6 +402,9 @@ class SessionState:
             awaiting_tools=self._awaiting_tools,
             head=self._head,
             closed=self._closed,
+            settings=self.settings,
+            run_end=self._run_end,
+            run_open=self._run_open,
         )
 
     def _merge_file(self, summary: StateSummary) -> bool:
@@ -367,6 +444,12 @@ class SessionState:
             self._awaiting_tools = summary.awaiting_tools
         self._head = summary.head
         self._closed = summary.closed
+        if summary.settings is not None:
+            self.settings = summary.settings
+        if summary.run_end is not None:
+            self._run_end = summary.run_end  # type: ignore[assignment]
+        if summary.run_open is not None:
+            self._run_open = summary.run_open
         self._derive()
         return True
 
@@ -382,6 +465,13 @@ class SessionState:
 
 
 _PARTIALS: frozenset[type[Any]] = frozenset(PARTIAL_PAYLOAD_TYPES)
+_HEAD_KINDS: frozenset[type[Any]] = frozenset(HEAD_EVENT_TYPES)
+_GOAL_ENDS: dict[str, RunEnd] = {
+    "complete": "goal_complete",
+    "blocked": "goal_blocked",
+    "budget_limited": "budget_limited",
+    "aborted": "aborted",
+}
 # Payload types whose handler may change an input of ``_derive``.
 _DERIVING: frozenset[type[Any]] = frozenset(
     {RequestBeginPayload, RequestEndPayload, TextPayload, AbortPayload, CompactionEndPayload}
@@ -396,4 +486,7 @@ _HANDLERS: dict[type[Any], Callable[[SessionState, Any], None]] = {
     CompactionBeginPayload: SessionState._on_compaction_begin,
     CompactionEndPayload: SessionState._on_compaction_end,
     GoalFinishedPayload: SessionState._on_goal_finished,
+    ImageUrlPayload: SessionState._on_image,
+    InlineDataPayload: SessionState._on_image,
+    SettingsPayload: SessionState._on_settings,
 }

@@ -28,6 +28,7 @@ from typing import Any, Final
 import msgspec
 
 from eventstore import (
+    HEAD_EVENT_TYPES,
     PARTIAL_PAYLOAD_TYPES,
     OmniMessage,
     RequestEndPayload,
@@ -35,7 +36,6 @@ from eventstore import (
     TokenCounts,
     TokenUsagePayload,
     ToolCallPayload,
-    ToolListReadyPayload,
 )
 
 from ._goal import GOAL_KINDS, GOAL_STARTS, GoalOutcome, GoalState
@@ -283,7 +283,7 @@ class FileFold:
         phase = self._phase
         if phase == 0:
             self._phase = 1 if kind is SessionMetaPayload else -1
-        elif phase == 1 and kind is not ToolListReadyPayload:
+        elif phase == 1 and kind not in HEAD_EVENT_TYPES:
             self._phase = -1 if kind is SessionMetaPayload else 2
 
     def summary(self) -> FileSummary:

@@ -22,11 +22,11 @@ from typing import Final
 import msgspec
 
 from eventstore import (
+    HEAD_EVENT_TYPES,
     Diagnostic,
     OmniMessage,
     RequestEndPayload,
     SessionMetaPayload,
-    ToolListReadyPayload,
     create_private,
     encode,
     file_index,
@@ -107,7 +107,7 @@ def _residue(f: _File) -> bool:
     if not any(r.type == "session_meta" for r in records):
         return True
     return f.index > 1 and all(
-        r.type == "session_meta" or isinstance(r.payload, ToolListReadyPayload) for r in records
+        r.type == "session_meta" or isinstance(r.payload, HEAD_EVENT_TYPES) for r in records
     )
 
 

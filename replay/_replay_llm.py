@@ -33,6 +33,7 @@ import msgspec
 
 from engine import AbortSignal, Approval, ApproveFn, LLMOutcome, LLMRequest
 from eventstore import (
+    HEAD_EVENT_TYPES,
     AbortPayload,
     ApprovalDecisionPayload,
     CompactionBeginPayload,
@@ -129,7 +130,7 @@ def _is_residue(records: list[Located], index: int) -> bool:
     if not any(r.type == "session_meta" for r in kinds):
         return True
     return index > 1 and all(
-        r.type == "session_meta" or isinstance(r.payload, ToolListReadyPayload) for r in kinds
+        r.type == "session_meta" or isinstance(r.payload, HEAD_EVENT_TYPES) for r in kinds
     )
 
 

@@ -20,7 +20,7 @@ from typing import Any, Final
 import anyio
 import msgspec
 
-from engine import LLM, Environment, SeedsToolCallIds, Session, check_workspace
+from engine import LLM, Environment, SeedsToolCallIds, Session, check_workspace, recorded_options
 from eventstore import (
     DataRoot,
     OmniMessage,
@@ -200,6 +200,7 @@ _OPTIONS: Final = frozenset(
         "sandbox",
         "network",
         "snapshots",
+        "thinking_level",
     }
 )
 
@@ -219,7 +220,9 @@ async def resume_session(
 
     ``workspace`` overrides the recorded one (a trace from another machine); ``options`` are
     ``Session.create``'s keyword options except ``system_prompt`` (the recorded one is kept).
-    Raises ``SessionLocked`` while another writer holds the session.
+    An option not given takes the session's recorded setting (R-SET-3: the last ``settings``
+    record), else the default; one given overrides it and, when it differs, the next run
+    records it (R-SET-2).  Raises ``SessionLocked`` while another writer holds the session.
     """
     if "system_prompt" in options:
         raise TypeError("resume_session() does not accept system_prompt: the recorded one is kept")
@@ -273,7 +276,10 @@ async def resume_session(
             context=ctx,
             state=state,
             fsync=fsync,
-            **{k: v for k, v in options.items() if k != "fsync"},
+            **{
+                **recorded_options(state.settings),
+                **{k: v for k, v in options.items() if k != "fsync"},
+            },
         )
     except BaseException:  # e.g. SandboxUnavailable (R-BOX-2): the lock is not kept
         writer.close()

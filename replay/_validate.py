@@ -62,6 +62,7 @@ from eventstore import (
     RequestBeginPayload,
     RequestEndPayload,
     SessionMetaPayload,
+    SettingsPayload,
     TextPayload,
     ThinkingPayload,
     TokenCounts,
@@ -546,7 +547,7 @@ class _SpanChecks(_PairingChecks):
             ok = (
                 isinstance(payload, TextPayload | ImageUrlPayload | InlineDataPayload)
                 and payload.role == "user"
-            ) or isinstance(payload, ToolListReadyPayload | RequestBeginPayload)
+            ) or isinstance(payload, ToolListReadyPayload | RequestBeginPayload | SettingsPayload)
             if isinstance(payload, CompactionBeginPayload):
                 ok = not self.abort_in_comp and not self.abort_in_req
             if isinstance(payload, RequestEndPayload):

@@ -105,8 +105,10 @@ from engine import (
     RetryPolicy,
     Session,
     SessionSubagentRunner,
+    recorded_options,
 )
 from eventstore import (
+    HEAD_EVENT_TYPES,
     AbortPayload,
     ApprovalDecisionPayload,
     CompactionBeginPayload,
@@ -118,6 +120,7 @@ from eventstore import (
     RequestBeginPayload,
     RequestEndPayload,
     SessionMetaPayload,
+    SettingsPayload,
     TextPayload,
     ToolCallOutputPayload,
     ToolCallPayload,
@@ -312,6 +315,13 @@ def _reason(expected: dict[str, Any], actual: dict[str, Any]) -> str:
 def _compare(
     expected: list[Located], stop: int, actual: list[OmniMessage]
 ) -> tuple[list[str], list[str], Divergence | None]:
+    # Settings records (SPEC §23) are the replay's input, not its output: the replay runs
+    # with them, under its own model and approvals, and a reference trace has none.
+    expected = [
+        loc for loc in expected[:stop] if not isinstance(loc.record.payload, SettingsPayload)
+    ]
+    stop = len(expected)
+    actual = [r for r in actual if not isinstance(r.payload, SettingsPayload)]
     recorded = [loc.record for loc in expected]
     metas = [r.payload for r in (*recorded, *actual) if isinstance(r.payload, SessionMetaPayload)]
     # Child ids in pointers are named by their order (R-SUB-3), on each side.
@@ -445,7 +455,7 @@ def _head_start(located: list[Located], first: int) -> int:
 
 def _brought_along(record: OmniMessage) -> bool:
     p = record.payload
-    if record.type == "session_meta" or isinstance(p, ToolListReadyPayload):
+    if record.type == "session_meta" or isinstance(p, HEAD_EVENT_TYPES):
         return True
     return isinstance(p, TextPayload) and p.role == "user" and mk.is_context_summary(p.text)
 
@@ -530,7 +540,7 @@ def _plan(located: list[Located]) -> list[_Step]:
 @dataclass(frozen=True)
 class _Settings:
     max_turns: int
-    compaction: CompactionSettings
+    compaction: CompactionSettings | None
     retry: RetryPolicy
 
 
@@ -553,9 +563,12 @@ class _Evidence:
     compaction_exhausted: int | None = None
     in_compaction: bool = False
     last_in_span: RequestEndPayload | None = None
+    settings: SettingsPayload | None = None
 
     def feed(self, p: object) -> None:
-        if isinstance(p, TextPayload):
+        if isinstance(p, SettingsPayload):
+            self.settings = self.settings or p  # the first run's
+        elif isinstance(p, TextPayload):
             if self.awaiting_prompt and p.role == "user":
                 self.prompt = p.text
                 self.awaiting_prompt = False
@@ -668,6 +681,16 @@ def _infer(
         prompt=ev.prompt if ev.prompt is not None else DEFAULT_COMPACTION_PROMPT,
     )
     turns = max_turns if max_turns is not None else (ev.notice_turns or DEFAULT_MAX_TURNS)
+    # SPEC §23: what a settings record states is read, not inferred (explicit options win).
+    recorded = recorded_options(ev.settings)
+    if "compaction" in recorded and (
+        max_context_length is None and max_session_turns is None and compaction_mode is None
+    ):
+        compaction = recorded["compaction"]
+    if max_turns is None and "max_turns" in recorded:
+        turns = recorded["max_turns"]
+    if retry is None and "retry" in recorded:
+        retry = recorded["retry"]
     return _Settings(max_turns=turns, compaction=compaction, retry=retry or ev.retry())
 
 

@@ -17,11 +17,11 @@ import msgspec
 
 from eventstore import (
     EVENT_PAYLOAD_TAGS,
+    HEAD_EVENT_TYPES,
     MODEL_PAYLOAD_TAGS,
     Diagnostic,
     OmniMessage,
     SessionMetaPayload,
-    ToolListReadyPayload,
     UnknownPayload,
     file_index,
     scan_trace,
@@ -92,7 +92,7 @@ def session_diagnostics(files: Sequence[Path]) -> list[Diagnostic]:
             elif record.type == "session_meta":
                 kinds.append("session_meta")
             else:
-                head = isinstance(record.payload, ToolListReadyPayload)
+                head = isinstance(record.payload, HEAD_EVENT_TYPES)
                 kinds.append("tool_list_ready" if head else "other")
         if position == len(files):
             index = file_index(path) or position

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from eventstore import (
+    HEAD_EVENT_TYPES,
     DataRoot,
     Diagnostic,
     RequestBeginPayload,
@@ -25,7 +26,6 @@ from eventstore import (
     SessionMetaPayload,
     SubagentPayload,
     TextPayload,
-    ToolListReadyPayload,
     file_index,
     lock_path_of,
     probe_lock,
@@ -109,7 +109,7 @@ def _fold_file(row: SessionRow, state: SessionState, path: Path, *, last: bool) 
             kinds.add("session_meta")
             row.is_child = row.is_child or p.source == "subagent"
             row.workspace = row.workspace or p.workspace
-        elif not isinstance(p, ToolListReadyPayload):
+        elif not isinstance(p, HEAD_EVENT_TYPES):
             kinds.add("other")
         if record.origin is None:
             if isinstance(p, SubagentPayload):

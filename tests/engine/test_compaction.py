@@ -81,7 +81,8 @@ async def test_context_trigger_summarize_at_boundary(env: Env) -> None:
     assert compaction_req.thinking_level is None
     assert texts(third.messages) == ["[context_summary]\nthe gist\n[/context_summary]", "more"]
     file2 = [r for r in records if r.timestamp][kinds(records).index("session_meta", 1) :]
-    assert kinds(file2)[:4] == ["session_meta", "tool_list_ready", "text", "text"]
+    # R-SET-2c: the settings the file is written under, right after tool_list_ready.
+    assert kinds(file2)[:5] == ["session_meta", "tool_list_ready", "settings", "text", "text"]
 
 
 async def test_turns_trigger_and_equality(env: Env) -> None:

@@ -158,7 +158,7 @@ async def test_complete_in_round_one(env: Env) -> None:
     assert first == expected_block(session, 1, 0, 50_000, wrap=False) + "\n\n" + OBJECTIVE
     assert llm.requests[0].messages[-1].payload.text == first  # type: ignore[union-attr]
     # Unlike a plain prompt, the round input is yielded, first, right after it is written.
-    assert stream[0] == records[1] and round_inputs(stream) == [first]
+    assert stream[0] == records[2] and round_inputs(stream) == [first]  # after settings, R-SET-2
     # R-GOAL-2: created 0600 with objective and status; the model changed the status only.
     path = goal_file(session)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600

@@ -53,6 +53,7 @@ async def test_plain_text_stream_and_trace(env: Env) -> None:
     ]
     assert kinds(records) == [
         "session_meta",
+        "settings",  # R-SET-2a: before the first run's input
         "text",
         "tool_list_ready",
         "request_begin",

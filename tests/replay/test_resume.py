@@ -589,7 +589,8 @@ async def test_crash_residue_file_ignored_and_reused(
         r.type if r.type == "session_meta" else type(r.payload).__name__
         for r in read_trace(second).records
     ]
-    assert kinds_2[:3] == ["session_meta", "ToolListReadyPayload", "TextPayload"]
+    # R-SET-2c: the head carries the settings after tool_list_ready.
+    assert kinds_2[:4] == ["session_meta", "ToolListReadyPayload", "SettingsPayload", "TextPayload"]
     assert kinds_2.count("session_meta") == 1 and kinds_2.count("ToolListReadyPayload") == 1
     assert all(f.severity != "error" for f in validate_session([first, second]))
 

@@ -319,8 +319,8 @@ async def test_case5_record_too_large_closes_its_span_live(env: Env) -> None:
     abort, so its next run sends [[turn_aborted]{hi}, task2] like the resumed one."""
     script = [[{"text": "huge"}], [{"text": "fine"}]]
     session, llm = await make_session(env, {"responses": script, "tools": TOOLS})
-    # meta, hi, tool_list_ready, request_begin, then the assistant text fails.
-    fault = WriteFault(4, "too_large").install(session)
+    # meta, settings, hi, tool_list_ready, request_begin, then the assistant text fails.
+    fault = WriteFault(5, "too_large").install(session)
     async with session:
         first = await collect(session.run([b.user_text("hi")], approve=allow_all))
         assert fault.fired
@@ -330,7 +330,7 @@ async def test_case5_record_too_large_closes_its_span_live(env: Env) -> None:
         await collect(session.run([task2], approve=allow_all))
         check_trace(session)
     records = session_records(env, session.id)
-    kinds = [_tag(r) for r in records[3:6]]
+    kinds = [_tag(r) for r in records[4:7]]
     assert kinds == ["request_begin", "abort", "request_end"]
     live = llm.requests[1]
     block = mk.transcript_block("turn_aborted", [mk.line_user_input("hi")])
@@ -637,7 +637,8 @@ async def test_record_too_large_after_a_rotation_head_goes_on_in_that_file(env: 
     async with session:
         await collect(session.run([b.user_text("hi")], approve=allow_all))
         assert session.state.rotation_pending
-        fault.at = fault.count + 2  # session_meta, tool_list_ready, then the summary
+        # session_meta, tool_list_ready, settings (R-SET-2c), then the summary
+        fault.at = fault.count + 3
         await collect(session.run([b.user_text("task2")], approve=allow_all))
         assert fault.fired and not session.broken
         records = session_records(env, session.id)
