@@ -104,6 +104,8 @@ class StateSummary(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit
     settings: SettingsPayload | None = None
     run_end: str | None = None
     run_open: bool | None = None
+    runs: int = 0
+    runs_unknown_first: bool = False
 
 
 @dataclass(slots=True)
@@ -156,6 +158,8 @@ class SessionState:
     # R-SET-5: how the last ended run ended, and whether a run started and has not ended.
     _run_end: RunEnd | None = field(default=None, init=False, repr=False, compare=False)
     _run_open: bool | None = field(default=False, init=False, repr=False, compare=False)
+    _runs: int = field(default=0, init=False, repr=False, compare=False)
+    _first_start_unknown: bool | None = field(default=None, init=False, repr=False, compare=False)
 
     # ------------------------------------------------------------------------- status (R-SET-5)
 
@@ -163,6 +167,11 @@ class SessionState:
     def run_end(self) -> RunEnd | None:
         """How the session's last ended run ended (``None``: no run has ended)."""
         return self._run_end
+
+    @property
+    def runs(self) -> int:
+        """How many runs (tasks) the records started (R-SET-6: server task ids)."""
+        return self._runs
 
     @property
     def run_open(self) -> bool:
@@ -243,7 +252,7 @@ class SessionState:
         if self.open_request:
             self._end_span(committed=False)  # R-RESUME-5
         if self.open_compaction is None:
-            self._run_open = True  # a run with an empty prompt starts here
+            self._start_run()  # a run with an empty prompt starts here
         self.open_request = True
         self._span_in_compaction = self.open_compaction is not None
         self._span_usage = False
@@ -277,7 +286,7 @@ class SessionState:
             elif self._span_in_compaction:
                 self._span_texts.append(payload.text)
         elif not self.open_request and self.open_compaction is None:
-            self._run_open = True  # a task's input (prompt, steering, goal round)
+            self._start_run()  # a task's input (prompt, steering, goal round)
 
     def _on_tool_call(self, payload: ToolCallPayload) -> None:
         if self.open_request and payload.stop_reason in (None, "completed"):
@@ -295,10 +304,19 @@ class SessionState:
 
     def _on_image(self, payload: object) -> None:
         if not self.open_request and self.open_compaction is None:
-            self._run_open = True
+            self._start_run()
 
     def _on_settings(self, payload: SettingsPayload) -> None:
         self.settings = payload
+
+    def _start_run(self) -> None:
+        if self._run_open is not True:
+            if self._first_start_unknown is None:
+                # Only a file summary's fold starts not knowing (``None``) whether a run is
+                # open: the merge takes this start back when one was (R-TRACE-19).
+                self._first_start_unknown = self._run_open is None
+            self._runs += 1
+            self._run_open = True
 
     def _end_run(self, how: RunEnd) -> None:
         self._run_end = how
@@ -405,6 +423,8 @@ class SessionState:
             settings=self.settings,
             run_end=self._run_end,
             run_open=self._run_open,
+            runs=self._runs,
+            runs_unknown_first=bool(self._first_start_unknown),
         )
 
     def _merge_file(self, summary: StateSummary) -> bool:
@@ -448,6 +468,11 @@ class SessionState:
             self.settings = summary.settings
         if summary.run_end is not None:
             self._run_end = summary.run_end  # type: ignore[assignment]
+        # A first run start the file's fold could not tell from a continuation: it was one
+        # when a run was already open here.
+        self._runs += summary.runs - (1 if summary.runs_unknown_first and self._run_open else 0)
+        if summary.runs and self._first_start_unknown is None:
+            self._first_start_unknown = False
         if summary.run_open is not None:
             self._run_open = summary.run_open
         self._derive()

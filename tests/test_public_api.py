@@ -17,10 +17,7 @@ PACKAGES = ["eventstore", "eventstore.builders", "projections", "engine", "engin
 
 # Names API.md "Additions" documents whose issue has not landed yet, each with that issue.
 # Remove a name when its issue lands: the test then pins it like every other name.
-PENDING: dict[str, str] = {
-    "projections.SessionSettings": "issue 27",
-    "projections.SessionStatus": "issue 27",
-}
+PENDING: dict[str, str] = {}
 
 # Names API.md shows that live in a sibling module rather than the package root.
 ELSEWHERE = {"OpenAICompatible", "Anthropic", "ScriptedLLM", "ScriptedEnvironment"}

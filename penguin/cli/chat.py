@@ -24,7 +24,7 @@ import anyio.abc
 from rich.console import Console
 from rich.text import Text
 
-from engine import LLM, AbortSignal, Approval, GoalOptions, Session
+from engine import LLM, AbortSignal, Approval, GoalOptions, Session, with_approval_mode
 from engine.llm import ScriptedLLM
 from eventstore import (
     OmniMessage,
@@ -310,9 +310,12 @@ class Chat:
         self.status.waiting_since = time.monotonic()
         prompt = None if message is None else [user_text(message)]
         try:
+            # The session's setting (R-SET-1) is the chosen mode; asking with no terminal to
+            # ask on ("refuse") is still ``ask``.
+            mode = "ask" if self.approve_mode == "refuse" else self.approve_mode
             stream = self.session.run(
                 prompt,
-                approve=self.approve,
+                approve=with_approval_mode(self.approve, mode),
                 signal=cancel,
                 goal=goal,
                 thinking_level=self.thinking,

@@ -127,6 +127,7 @@ class _Lifespan:
         self._tg_cm = anyio.create_task_group()
         tg: anyio.abc.TaskGroup = await self._tg_cm.__aenter__()
         await anyio.to_thread.run_sync(self.ctx.index.refresh)
+        self.ctx.known_at_start()
         if self.watch:
             tg.start_soon(watch_traces, self.ctx)
 

@@ -16,7 +16,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from eventstore import DataRoot, OmniMessage, encode
+from eventstore import DataRoot, OmniMessage, encode, lock_path_of, probe_lock
 
 from ._channel import Channel
 from ._host import SessionHost
@@ -56,6 +56,9 @@ class ServerContext:
     refresh_lock: anyio.Lock = field(default_factory=anyio.Lock)
     loop: asyncio.AbstractEventLoop | None = None
     logins: Logins = field(default_factory=Logins)
+    # Sessions a session_created event was sent for, or that existed at start (R-SET-6: once
+    # per session, and for sessions another process created, which the index finds).
+    announced: set[str] = field(default_factory=set)
 
     def begin_shutdown(self) -> None:
         """SIGTERM (R-SRV-14): refuse new tasks, abort running ones, end every stream."""
@@ -68,8 +71,16 @@ class ServerContext:
         async with self.refresh_lock:
             if time.monotonic() - self.refreshed < max_age:
                 return
-            await anyio.to_thread.run_sync(self.index.refresh)
+            changed = await anyio.to_thread.run_sync(self.index.refresh)
             self.refreshed = time.monotonic()
+            for sid in changed:
+                if sid not in self.announced and self.index.session_row(sid) is not None:
+                    self.session_created_event(sid, "cli")
+
+    def known_at_start(self) -> None:
+        """The sessions the index holds when the server starts: created before it, announced
+        to nobody (a client lists them)."""
+        self.announced.update(row["id"] for row in self.index.session_rows())
 
     def row(self, h: Hosted | None, indexed: dict[str, Any] | None) -> dict[str, Any]:
         base: dict[str, Any] = dict(indexed or {})
@@ -78,11 +89,18 @@ class ServerContext:
             base.setdefault("project", h.project)
             base.setdefault("agent", h.agent)
             session = h.session
+            activity = None if h.state == "idle" else h.state
             if session is not None:
                 st = session.state
                 base.update(
-                    turns=st.turns_total, last_status=st.last_request_status, records=st.records
+                    turns=st.turns_total,
+                    last_status=st.last_request_status,
+                    records=st.records,
+                    # R-SET-5: this process holds the session's lock.
+                    status=st.status_given(locked=True, activity=activity),
                 )
+            elif activity is not None:
+                base["status"] = activity
             base["state"] = h.state
             base["title"] = h.title
             base["approval"] = h.approval
@@ -91,11 +109,25 @@ class ServerContext:
             base["last_active"] = base.get("last_active") or _iso(h.last_active)
         else:
             base.update(state="idle", title=None)
+        if base.get("status") == "interrupted" and (h is None or h.session is None):
+            # A run left open: running while another process holds the lock (R-SET-5).
+            base["status"] = "running" if self._held(base) else "interrupted"
         base.setdefault("created", None)
         base.setdefault("files", 0)
         base.setdefault("turns", 0)
         base.setdefault("last_status", None)
+        base.setdefault("status", "idle")
+        base.setdefault("approval", None)
         return base
+
+    def _held(self, row: dict[str, Any]) -> bool:
+        try:
+            files = self.root.trace_files(
+                row["id"], project=row.get("project"), agent=row.get("agent")
+            )
+            return bool(files) and probe_lock(lock_path_of(files[-1])).held
+        except (OSError, ValueError, LookupError):
+            return False
 
     def session_state_event(self, h: Hosted) -> None:
         self.events.publish_server(
@@ -103,11 +135,15 @@ class ServerContext:
                 "type": "session_state",
                 "id": h.id,
                 "state": h.state,
+                "status": self.row(h, None)["status"],  # the one status (R-SET-5)
                 "last_active": _iso(h.last_active),
             }
         )
 
     def session_created_event(self, sid: str, source: str) -> None:
+        if sid in self.announced:
+            return
+        self.announced.add(sid)
         self.events.publish_server({"type": "session_created", "id": sid, "source": source})
 
 

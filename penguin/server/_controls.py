@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from engine import Approval, allow_all, deny_all
+from engine import Approval, allow_all, deny_all, with_approval_mode
 from eventstore import OmniMessage, ToolCallPayload, encode
 
 from ._exceptions import ApiError
@@ -43,7 +43,7 @@ def approver(h: Hosted, announce: Announce) -> Callable[[OmniMessage], Any]:
         await pending.done.wait()
         return "allow" if pending.decision == "allow" else "deny"
 
-    return ask
+    return with_approval_mode(ask, "ask")  # recorded as the session's setting (R-SET-1)
 
 
 def decide(h: Hosted, tool_call_id: str, decision: str, announce: Announce) -> None:

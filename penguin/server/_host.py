@@ -13,6 +13,7 @@ speak HTTP or read pages of traces (``_traces``).
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import aclosing
@@ -53,8 +54,10 @@ from eventstore import (
     tail,
     validate_id,
 )
+from eventstore.builders import restamped
 from penguin._goal import GoalRounds
-from replay import fork_session, resume_session
+from penguin._setup import Overrides, open_session, resolve
+from replay import fork_session, load_session
 
 from . import _controls as controls
 from ._channel import BufferPool, Channel
@@ -264,18 +267,25 @@ class SessionHost:
         except (FileNotFoundError, NotADirectoryError) as exc:
             raise ApiError(400, "workspace_not_found", str(exc)) from None
         llm = self._llm_factory(model)
+        overrides = Overrides(
+            approval=approval,
+            max_turns=max_turns,
+            compaction=None if compaction is None else compaction.model_dump(),
+            compaction_off=compaction is None,
+        )
+        resolved = resolve(
+            None, overrides, default_approval=self.approval, default_retry=self._retry
+        )
         try:
-            session = await Session.create(
+            session = await open_session(
+                self.root,
                 llm=llm,
-                environment=self._env_factory(llm, ws),
-                root=self.root,
+                environment=self._env_factory,
+                resolved=resolved,
                 workspace=ws,
                 system_prompt=system_prompt,
                 project=project,
                 agent=agent,
-                compaction=compaction,
-                max_turns=max_turns,
-                retry=self._retry,
                 fsync=self._fsync,
                 sandbox=sandbox,
                 network=network,
@@ -290,7 +300,7 @@ class SessionHost:
             await _close_llm(llm)
             raise ApiError(400, "workspace_not_found", str(exc)) from None
         h = self._new_hosted(session.id, project, agent, (0, 0))
-        h.approval, h.compaction, h.max_turns, h.model = approval, compaction, max_turns, model
+        h.approval, h.overrides, h.model = approval, overrides, model
         h.sandbox = None if session.sandbox is None else session.sandbox.settings()
         h.tools = _tool_options(self.mcp_servers if mcp is None else mcp, approval_rules)
         await self._hold(h, session, llm)
@@ -309,18 +319,29 @@ class SessionHost:
                 return h.session
             files = self.root.trace_files(h.id, project=h.project, agent=h.agent)
             workspace = await anyio.to_thread.run_sync(_recorded_workspace, files)
-            llm = self._llm_factory(h.model)
+            # SPEC §23: the session comes back with its recorded settings — approval,
+            # max_turns, compaction, retry, model endpoint — not this server's defaults.
+            _f, _l, _c, state, _m = await anyio.to_thread.run_sync(
+                lambda: load_session(self.root, h.id, project=h.project, agent=h.agent)
+            )
+            resolved = resolve(
+                state.settings,
+                h.overrides,
+                default_approval=self.approval,
+                default_retry=self._retry,
+            )
+            h.approval = resolved.approval  # type: ignore[assignment]
+            llm = _make_llm(self._llm_factory, h.model, resolved.model)
             try:
-                session = await resume_session(
+                session = await open_session(
                     self.root,
-                    h.id,
                     llm=llm,
-                    environment=self._env_factory(llm, workspace),
+                    environment=self._env_factory,
+                    resolved=resolved,
+                    session_id=h.id,
+                    workspace=workspace,
                     project=h.project,
                     agent=h.agent,
-                    compaction=h.compaction,
-                    max_turns=h.max_turns,
-                    retry=self._retry,
                     fsync=self._fsync,
                     **({} if h.sandbox is None else _box_options(h.sandbox)),
                     **h.tools,
@@ -497,8 +518,8 @@ class SessionHost:
         except BaseException:
             h.busy = None
             raise
-        h.task_seq += 1
-        task_id = f"{h.id}.{h.task_seq}"
+        # R-SET-6: derived from the trace (the runs it holds), so ids go on across restarts.
+        task_id = f"{h.id}.{session.state.runs + 1}"
         h.signal = AbortSignal()
         self.announce(h)
         self._group().start_soon(self._run_task, h, session, list(messages), thinking_level, goal)
@@ -515,6 +536,9 @@ class SessionHost:
         try:
             # Published as the engine emits each message: under load a record then waits for
             # one pass of the event loop (to the writers), not two (to this loop, then to them).
+            # R-SET-6: the input is stamped when it is written, after any closure record the
+            # resume wrote (not when the request arrived).
+            messages = [restamped(m) for m in messages]
             stream = session.run(
                 messages,
                 approve=controls.approver(h, self.announce),
@@ -616,6 +640,22 @@ class SessionHost:
             raise ApiError(409, "session_locked", str(exc)) from None
         h.channel.close()
         self._hosted.pop(h.id, None)
+
+
+def _make_llm(factory: LLMFactory, model: str | None, recorded: Any) -> LLM:
+    """The session's model: the one a client asked for, else the recorded one; a factory that
+    takes ``endpoint=`` also gets the recorded base URL (SPEC §23: the endpoint is kept)."""
+    if recorded is None:
+        return factory(model)
+    _provider, model_id, base_url = recorded
+    wanted = model if model is not None else model_id
+    try:
+        takes_endpoint = "endpoint" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        takes_endpoint = False
+    if base_url is not None and takes_endpoint:
+        return factory(wanted, endpoint=base_url)  # type: ignore[call-arg]
+    return factory(wanted)
 
 
 def _recorded_workspace(files: list[Path]) -> Path:

@@ -18,9 +18,10 @@ from typing import Any, Literal
 
 import anyio
 
-from engine import DEFAULT_MAX_TURNS, AbortSignal, CompactionSettings, Session
+from engine import AbortSignal, Session
 from eventstore import OmniMessage, TextPayload, ToolCallPayload, file_index
 from penguin._goal import GoalRounds
+from penguin._setup import Overrides
 
 from ._channel import Channel
 
@@ -50,8 +51,9 @@ class Hosted:
     agent: str
     channel: Channel
     approval: ApprovalMode = "ask"
-    compaction: CompactionSettings | None = Session.DEFAULT_COMPACTION
-    max_turns: int = DEFAULT_MAX_TURNS
+    # What the client said when it created the session here (SPEC §23: the rest, and all of
+    # it after a restart, comes from the session's settings records).
+    overrides: Overrides = field(default_factory=Overrides)
     model: str | None = None
     # SPEC §25: what the session was created with, given again when it is loaded again.
     sandbox: dict[str, Any] | None = None

@@ -36,7 +36,8 @@ CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, session TEXT NOT NULL,
     offset INTEGER NOT NULL, mtime_ns INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, project TEXT, agent TEXT,
     created TEXT, files INTEGER, records INTEGER, turns INTEGER, last_status TEXT,
-    model TEXT, workspace TEXT, tokens INTEGER, last_active TEXT);
+    model TEXT, workspace TEXT, tokens INTEGER, last_active TEXT, status TEXT,
+    approval TEXT, runs INTEGER);
 CREATE TABLE IF NOT EXISTS usage (session TEXT, agent TEXT, model TEXT, kind TEXT,
     cache_read INTEGER, cache_write INTEGER, output INTEGER, total INTEGER, time TEXT,
     file INTEGER, ordinal INTEGER);
@@ -60,7 +61,14 @@ SESSION_COLUMNS: Final = [
     "workspace",
     "tokens",
     "last_active",
+    "status",
+    "approval",
+    "runs",
 ]
+
+# Bumped whenever a table changes shape: an index of another shape is dropped and rebuilt from
+# the traces (it is a projection, R-SRV-13).
+_SCHEMA_VERSION: Final = 2
 
 
 class Index:
@@ -74,6 +82,11 @@ class Index:
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
+        (version,) = self._db.execute("PRAGMA user_version").fetchone()
+        if version != _SCHEMA_VERSION:
+            for table in ("files", "sessions", "usage", "errors"):
+                self._db.execute(f"DROP TABLE IF EXISTS {table}")
+            self._db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
         self._db.executescript(_SCHEMA)
         self._refreshing = threading.Lock()
         # Each session's fold so far (in memory only: a restart folds the files again).
@@ -150,6 +163,11 @@ class Index:
             fold.workspace,
             fold.state.session_tokens.total,
             fold.last_time,
+            # R-SET-5: as the records say; a run left open is "interrupted" here, and the
+            # reader asks the lock whether it is running instead.
+            fold.state.status,
+            fold.state.settings.approval if fold.state.settings is not None else None,
+            fold.state.runs,
         )
         with self._lock:
             db = self._db

@@ -144,8 +144,7 @@ async def fork(request: Request) -> Response:
     ctx = ctx_of(request)
     h = await ctx.host.get(request.path_params["id"])
     body = await read_body(request, ForkBody, limit=ctx.body_limit)
-    new_id = await ctx.host.fork(h, (body.at.file, body.at.ordinal))
-    ctx.session_created_event(new_id, "fork")
+    new_id = await ctx.host.fork(h, (body.at.file, body.at.ordinal))  # announces it
     await ctx.refresh_index(max_age=0)
     child = await ctx.host.get(new_id)
     indexed = ctx.index.session_row(new_id)

@@ -120,7 +120,7 @@ async def create_session(request: Request) -> Response:
         mcp=_mcp(body, ctx.host.mcp_servers),
         approval_rules=body.approval_rules,
     )
-    ctx.session_created_event(h.id, "server")
+    # The host announced it (R-SET-6: session_created once per session).
     return json_response(ctx.row(h, None), 201)
 
 

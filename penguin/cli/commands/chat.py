@@ -38,6 +38,7 @@ from .run import DEFAULT_SYSTEM_PROMPT
 if TYPE_CHECKING:
     from engine import LLM, Session
     from eventstore import DataRoot
+    from penguin._setup import Resolved
     from penguin.cli.tasks.model import LlmOptions
     from replay import TaskChanges
 
@@ -114,7 +115,9 @@ def open_chat(
     network: bool | None = None,
 ) -> None:
     import anyio
+    from rich.text import Text
 
+    from penguin._setup import Overrides, resolve, settings_line
     from penguin.cli.targets import resolve_session_id
     from penguin.cli.tasks.model import (
         build_llm,
@@ -124,16 +127,19 @@ def open_chat(
         choose_sandbox,
     )
     from penguin.cli.tasks.task import checked_turns, checked_workspace, thinking_level
+    from penguin.cli.terminal.console import err_console
 
-    from .resume import load
+    from .resume import _recorded_model, load
 
     if not sys.stdin.isatty():
         raise CliError(
             "penguin chat needs a terminal (stdin is not one): use `penguin run -m TEXT` "
             "for one task"
         )
-    turns = checked_turns(max_turns)
+    if max_turns is not None:
+        checked_turns(max_turns)
     config = load_config(g.root().home)
+    restored = None
     if session_id is None:
         choice = choose_model(opts, config=config)
         ws = checked_workspace(workspace or Path.cwd())
@@ -143,8 +149,11 @@ def open_chat(
         sid = resolve_session_id(g, session_id)
         loaded = load(g, sid)
         meta = loaded.meta_payload
-        recorded = (meta.provider, meta.model_id)
-        choice = choose_model(opts, config=config, recorded=recorded, session_id=sid)
+        restored = loaded.state.settings
+        recorded, endpoint = _recorded_model(meta, restored)
+        choice = choose_model(
+            opts, config=config, recorded=recorded, session_id=sid, endpoint=endpoint
+        )
         ws = checked_workspace(
             workspace or Path(meta.workspace), hint=" (pass --workspace DIR to use another)"
         )
@@ -154,11 +163,21 @@ def open_chat(
         check_same_model(
             choice, model_llm, recorded=recorded, session_id=sid, allow=opts.change_model
         )
-    mode = choose_approve(approve, scripted=choice.script is not None, config=config)
+    mode = choose_approve(
+        approve,
+        scripted=choice.script is not None,
+        config=config,
+        recorded=restored.approval if restored is not None else None,
+    )
+    resolved = resolve(
+        restored, Overrides(approval=approve, max_turns=max_turns), default_approval=mode
+    )
+    if session_id is not None:  # R-SET-3: what the session comes back with, on one line
+        err_console().print(Text(safe(settings_line(restored)), style="dim"), soft_wrap=True)
     level = thinking_level(thinking, config)
     # A new session takes config.toml's sandbox; a resumed one keeps its own unless a flag says.
     box = choose_sandbox(sandbox, network, config=config if session_id is None else None)
-    anyio.run(_chat, g, root, session_id and sid, model_llm, ws, mode, turns, level, box)
+    anyio.run(_chat, g, root, session_id and sid, model_llm, ws, mode, resolved, level, box)
 
 
 async def _chat(
@@ -168,7 +187,7 @@ async def _chat(
     model_llm: LLM,
     ws: Path,
     mode: str,
-    turns: int,
+    resolved: Resolved,
     thinking: str | None,
     box: dict[str, Any],
 ) -> None:
@@ -183,13 +202,13 @@ async def _chat(
     history.parent.mkdir(mode=0o700, exist_ok=True)
     try:
         while True:
-            session = await _open(g, root, session_id, model_llm, ws, turns, box)
+            session = await _open(g, root, session_id, model_llm, ws, resolved, box)
             async with session:
                 chat = Chat(
                     session,
                     model_llm,
                     approve=mode,  # type: ignore[arg-type]
-                    max_turns=turns,
+                    max_turns=resolved.max_turns,
                     history=history,
                     list_sessions=lambda: _recent(g, root),
                     thinking=thinking,
@@ -221,49 +240,32 @@ async def _open(
     session_id: str | None,
     llm: LLM,
     ws: Path,
-    turns: int,
+    resolved: Resolved,
     box: dict[str, Any],
 ) -> Session:
-    from engine import Session
     from eventstore import DEFAULT_AGENT, DEFAULT_PROJECT
+    from penguin._setup import open_session
     from penguin.cli.diagnose import quiet_reader
-    from penguin.cli.tasks.live import build_compaction, environment_for
-    from replay import resume_session
+    from penguin.cli.tasks.live import environment_for
 
-    environment = environment_for(llm, ws)
     config = load_config(root.home)
     servers, rules = mcp_servers(config) or None, config.approval_rules or None
-    compaction = build_compaction(
-        max_context_length=None, max_session_turns=None, compaction_mode=None
-    )
     if session_id is None:
-        return await Session.create(
+        project, agent = g.project or DEFAULT_PROJECT, g.agent or DEFAULT_AGENT
+    else:
+        location = root.locate(session_id, project=g.project, agent=g.agent)
+        project, agent = location.project, location.agent
+    with quiet_reader():
+        return await open_session(
+            root,
             llm=llm,
-            environment=environment,
-            root=root,
+            environment=lambda m, w: environment_for(m, w),
+            resolved=resolved,
+            session_id=session_id,
             workspace=ws,
             system_prompt=DEFAULT_SYSTEM_PROMPT,
-            project=g.project or DEFAULT_PROJECT,
-            agent=g.agent or DEFAULT_AGENT,
-            compaction=compaction,
-            max_turns=turns,
-            mcp=servers,
-            **box,
-            approval_rules=rules,
-            **snapshot_settings(config),
-        )
-    location = root.locate(session_id, project=g.project, agent=g.agent)
-    with quiet_reader():
-        return await resume_session(
-            root,
-            session_id,
-            llm=llm,
-            environment=environment,
-            workspace=ws,
-            project=location.project,
-            agent=location.agent,
-            compaction=compaction,
-            max_turns=turns,
+            project=project,
+            agent=agent,
             mcp=servers,
             **box,
             approval_rules=rules,

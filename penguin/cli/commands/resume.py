@@ -44,7 +44,7 @@ from penguin.cli.terminal.console import err_console, out_console, write_json
 from penguin.cli.terminal.safe import preview, safe
 
 if TYPE_CHECKING:
-    from eventstore import Diagnostic, OmniMessage, SessionMetaPayload
+    from eventstore import Diagnostic, OmniMessage, SessionMetaPayload, SettingsPayload
     from penguin.cli.tasks.live import Subagents
     from penguin.cli.tasks.task import TaskOptions, TaskResult
     from projections import ModelContext, SessionState
@@ -187,34 +187,44 @@ def resume(
 
 def _continue(g: Globals, loaded: Loaded, message: str | None, opts: TaskOptions) -> None:
     import anyio
+    from rich.text import Text
 
+    from penguin._setup import open_session, resolve, settings_line
     from penguin.cli.diagnose import quiet_reader
     from penguin.cli.tasks.live import build_subagents, environment_for
     from penguin.cli.tasks.model import build_llm, check_same_model, choose_approve, choose_model
     from penguin.cli.tasks.task import (
         checked_message,
-        checked_turns,
         checked_workspace,
         finish_task,
+        overrides_of,
         run_task,
         thinking_level,
     )
-    from replay import resume_session
 
     text = checked_message(message) if message is not None else None
-    turns = checked_turns(opts.max_turns)
     root = g.writable_root()
     sid = loaded.session_id
     meta = loaded.meta_payload
-    recorded = (meta.provider, meta.model_id)
+    restored = loaded.state.settings
+    recorded, endpoint = _recorded_model(meta, restored)
     config = load_config(root.home)
-    choice = choose_model(opts.llm, config=config, recorded=recorded, session_id=sid)
+    choice = choose_model(
+        opts.llm, config=config, recorded=recorded, session_id=sid, endpoint=endpoint
+    )
     allow = opts.llm.change_model
     if choice.script is None:  # refused before a key is even looked for
         check_same_model(choice, None, recorded=recorded, session_id=sid, allow=allow)
     model_llm = build_llm(choice)
     check_same_model(choice, model_llm, recorded=recorded, session_id=sid, allow=allow)
-    mode = choose_approve(opts.approve, scripted=choice.script is not None, config=config)
+    mode = choose_approve(
+        opts.approve,
+        scripted=choice.script is not None,
+        config=config,
+        recorded=restored.approval if restored is not None else None,
+    )
+    resolved = resolve(restored, overrides_of(opts, approve=opts.approve), default_approval=mode)
+    turns = resolved.max_turns
     ws = checked_workspace(
         opts.workspace or Path(meta.workspace), hint=" (pass --workspace DIR to use another)"
     )
@@ -228,25 +238,27 @@ def _continue(g: Globals, loaded: Loaded, message: str | None, opts: TaskOptions
             workspace=ws,
             project=location.project,
             agent=location.agent,
-            compaction=opts.compaction,
+            compaction=resolved.compaction,
             max_turns=turns,
         )
-    environment = environment_for(model_llm, ws, subagents=host.runner if host else None)
     servers = mcp_servers(config)
     torn = [d for d in loaded.diagnostics if d.kind == "torn_tail" and d.path == loaded.latest]
+    # R-SET-3: what the session comes back with, on one line.
+    err_console().print(Text(safe(settings_line(restored)), style="dim"), soft_wrap=True)
 
     async def go() -> TaskResult:
         with quiet_reader():
-            session = await resume_session(
+            session = await open_session(
                 root,
-                sid,
                 llm=model_llm,
-                environment=environment,
+                environment=lambda m, w: environment_for(
+                    m, w, subagents=host.runner if host else None
+                ),
+                resolved=resolved,
+                session_id=sid,
                 workspace=ws,
                 project=location.project,
                 agent=location.agent,
-                compaction=opts.compaction,
-                max_turns=turns,
                 mcp=servers or None,
                 **opts.sandbox_options(None),  # the recorded sandbox stands unless a flag says
                 approval_rules=config.approval_rules or None,
@@ -266,6 +278,19 @@ def _continue(g: Globals, loaded: Loaded, message: str | None, opts: TaskOptions
         )
 
     finish_task(anyio.run(go), as_json=opts.as_json)
+
+
+def _recorded_model(
+    meta: SessionMetaPayload, settings: SettingsPayload | None
+) -> tuple[tuple[str, str], str | None]:
+    """The model a session continues with (SPEC §23): the last settings record's, else its
+    ``session_meta``'s; and that model's recorded endpoint."""
+    from engine import recorded_model
+
+    found = recorded_model(settings)
+    if found is None:
+        return (meta.provider, meta.model_id), None
+    return (found[0], found[1]), found[2]
 
 
 def _report_cut(torn: list[Any]) -> None:

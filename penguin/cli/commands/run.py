@@ -126,24 +126,25 @@ def run(
 def _start(g: Globals, message: str, opts: TaskOptions, *, system_prompt: str | None) -> None:
     import anyio
 
-    from engine import Session
     from eventstore import DEFAULT_AGENT, DEFAULT_PROJECT
+    from penguin._setup import open_session, resolve
     from penguin.cli.tasks.live import build_subagents, environment_for
     from penguin.cli.tasks.model import build_llm, choose_approve, choose_model
     from penguin.cli.tasks.task import (
         checked_message,
-        checked_turns,
         checked_workspace,
         finish_task,
+        overrides_of,
         run_task,
         thinking_level,
     )
 
     text = checked_message(message)
-    turns = checked_turns(opts.max_turns)
     config = load_config(g.root().home)
     choice = choose_model(opts.llm, config=config)
     mode = choose_approve(opts.approve, scripted=choice.script is not None, config=config)
+    resolved = resolve(None, overrides_of(opts), default_approval=mode)
+    turns = resolved.max_turns
     model_llm = build_llm(choice)
     ws = checked_workspace(opts.workspace or Path.cwd())
     root = g.writable_root()
@@ -157,23 +158,21 @@ def _start(g: Globals, message: str, opts: TaskOptions, *, system_prompt: str | 
             workspace=ws,
             project=project,
             agent=agent,
-            compaction=opts.compaction,
+            compaction=resolved.compaction,
             max_turns=turns,
         )
-    environment = environment_for(model_llm, ws, subagents=host.runner if host else None)
     servers = mcp_servers(config)
 
     async def go() -> TaskResult:
-        session = await Session.create(
+        session = await open_session(
+            root,
             llm=model_llm,
-            environment=environment,
-            root=root,
+            environment=lambda m, w: environment_for(m, w, subagents=host.runner if host else None),
+            resolved=resolved,
             workspace=ws,
             system_prompt=DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt,
             project=project,
             agent=agent,
-            compaction=opts.compaction,
-            max_turns=turns,
             mcp=servers or None,
             **opts.sandbox_options(config),
             approval_rules=config.approval_rules or None,

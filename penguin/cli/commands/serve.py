@@ -99,9 +99,14 @@ def serve(
         choice = choose_model(options, config=config)
         build_llm(choice)  # fail at start on a bad script or a missing key
 
-        def llm_factory(requested: str | None) -> object:
+        def llm_factory(requested: str | None, endpoint: str | None = None) -> object:
+            # ``endpoint``: a resumed session's recorded base URL (SPEC §23), kept over the
+            # server's own so a restart never sends its model to another endpoint.
             if requested is not None and choice.script is None:
-                return build_llm(replace(choice, model=requested))
+                changed = replace(choice, model=requested)
+                if endpoint is not None:
+                    changed = replace(changed, base_url=endpoint)
+                return build_llm(changed)
             return build_llm(choice)
 
         ws = workspace_dir((workspace or Path.cwd()).expanduser())

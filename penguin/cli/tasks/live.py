@@ -38,6 +38,7 @@ from engine import (
     SubagentRunner,
     allow_all,
     deny_all,
+    with_approval_mode,
 )
 from engine.llm import ScriptedEnvironment, ScriptedLLM
 from eventstore import (
@@ -119,7 +120,7 @@ def build_subagents(
     workspace: Path,
     project: str,
     agent: str,
-    compaction: CompactionSettings,
+    compaction: CompactionSettings | None,
     max_turns: int,
 ) -> Subagents:
     """A runner whose children use the parent's kind of model, data root, workspace, project
@@ -374,9 +375,11 @@ def _approver(
         return allow_all
     if mode == "deny-all":
         return deny_all
+    # Both ask a person: the session's setting is ``ask`` (R-SET-1); without a terminal to ask
+    # on, the call is refused with a notice, and a later run on a terminal asks again.
     if mode == "refuse":
-        return _RefuseWithNotice(renderer, err)
-    return _Asker(renderer, err, cancel, keyboard)
+        return with_approval_mode(_RefuseWithNotice(renderer, err), "ask")
+    return with_approval_mode(_Asker(renderer, err, cancel, keyboard), "ask")
 
 
 # --------------------------------------------------------------------------- the run

@@ -95,8 +95,11 @@ def choose_model(
     config: Config,
     recorded: tuple[str, str] | None = None,
     session_id: str = "",
+    endpoint: str | None = None,
 ) -> ModelChoice:
-    """Resolve the options against the config (``run``) or the recorded model (``resume``)."""
+    """Resolve the options against the config (``run``) or the recorded model (``resume``).
+    ``endpoint``: the recorded base URL of the recorded model (SPEC §23), used before the
+    config's when the model is the recorded one and no ``--base-url`` is given."""
     if opts.script is not None:
         if opts.llm is not None or opts.model is not None or opts.base_url is not None:
             raise CliError("--script excludes --llm, --model and --base-url")
@@ -123,10 +126,12 @@ def choose_model(
     model = model or defaults["model"]
     if not model:
         raise CliError(f"--llm {provider} needs --model NAME (or `penguin config set model NAME`)")
+    same = recorded is not None and (provider, model) == tuple(recorded)
+    base_url = opts.base_url or (endpoint if same else None) or defaults["base_url"]
     return ModelChoice(
         provider=provider,
         model=model,
-        base_url=opts.base_url or defaults["base_url"],
+        base_url=base_url,
         api_key_env=opts.api_key_env or defaults["api_key_env"],
     )
 
@@ -219,11 +224,18 @@ async def close_llm(llm: LLM) -> None:
 ApproveMode = Literal["ask", "allow-all", "deny-all", "refuse"]
 
 
-def choose_approve(explicit: str | None, *, scripted: bool, config: Config) -> ApproveMode:
-    """``--approve`` when given; a script (a test double) allows all; a real model asks on a
-    terminal and, without one, refuses tool calls with a notice (``refuse``)."""
+def choose_approve(
+    explicit: str | None, *, scripted: bool, config: Config, recorded: str | None = None
+) -> ApproveMode:
+    """``--approve`` when given; else the session's recorded mode (R-SET-3: a resumed
+    ``deny-all`` session stays ``deny-all``); a script (a test double) allows all; a real model
+    asks on a terminal and, without one, refuses tool calls with a notice (``refuse``)."""
     if explicit is not None:
         return explicit  # type: ignore[return-value]
+    if recorded in ("allow-all", "deny-all"):
+        return recorded  # type: ignore[return-value]
+    if recorded is not None:  # ask, or a library's callback the CLI cannot call: ask
+        return "ask" if sys.stdin.isatty() else "refuse"
     if scripted:
         return "allow-all"
     configured = config.get("approve")

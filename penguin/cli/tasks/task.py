@@ -13,7 +13,7 @@ import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -44,8 +44,12 @@ from .goal import GOAL_NOT_COMPLETE, GoalView
 from .live import Subagents, build_compaction, drive
 from .model import ApproveMode, LlmOptions, choose_sandbox, close_llm
 
+if TYPE_CHECKING:
+    from penguin._setup import Overrides
+
 __all__ = [
     "DEFAULT_MAX_TURNS",
+    "overrides_of",
     "TaskOptions",
     "TaskResult",
     "checked_message",
@@ -69,6 +73,23 @@ def checked_turns(max_turns: int | None) -> int:
     if max_turns <= 0:
         raise CliError(f"--max-turns must be at least 1, not {max_turns}")
     return max_turns
+
+
+def overrides_of(opts: TaskOptions, *, approve: str | None = None) -> Overrides:
+    """The settings the command line gave explicitly (SPEC §23: they override the recorded
+    ones; what was not given comes from the record, the config or the defaults)."""
+    from penguin._setup import Overrides
+
+    given = opts.compaction.model_fields_set
+    changes = {name: getattr(opts.compaction, name) for name in given}
+    if opts.max_turns is not None:
+        checked_turns(opts.max_turns)
+    return Overrides(
+        approval=approve,
+        max_turns=opts.max_turns,
+        compaction=changes or None,
+        thinking_level=opts.thinking,
+    )
 
 
 def checked_workspace(path: Path, *, hint: str = "") -> Path:

@@ -1,0 +1,226 @@
+"""The one setup path: (recorded settings, explicit overrides, config) → a running ``Session``.
+
+Owns: the order in which a session's settings are decided (SPEC §23, R-SET-3) — an explicit
+override (a flag, an HTTP body field, an argument) wins, else the session's last ``settings``
+record, else the host's configured default, else the engine's default — and building the session
+in one order: model → approval → workspace → environment (sandbox, MCP, subagents through the
+host's factory) → ``Session.create`` / ``resume_session``.  ``penguin run``, ``resume``, ``chat``,
+goal mode and ``penguin serve`` all come through here, so a restart of any host changes nothing
+a session does.  Also the one-line rendering of restored settings.  Does not: parse flags,
+speak HTTP, choose how a model is built (hosts pass their builder) or render a run.
+
+How a feature plugs in (sandbox, MCP…): a field on ``Overrides`` and on ``Resolved``, one line in
+``resolve`` (override, else recorded, else default), and pass it on in ``open_session`` (the
+engine records it through ``Session.options.extra``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from engine import (
+    DEFAULT_MAX_TURNS,
+    LLM,
+    CompactionSettings,
+    Environment,
+    RetryPolicy,
+    Session,
+    recorded_model,
+    recorded_options,
+)
+from eventstore import DataRoot, FsyncPolicy, SettingsPayload
+
+__all__ = [
+    "Overrides",
+    "Resolved",
+    "open_session",
+    "resolve",
+    "settings_line",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Overrides:
+    """What the user said explicitly for this session or run (``None``: not said)."""
+
+    approval: str | None = None
+    max_turns: int | None = None
+    # Changes to the compaction settings in effect (recorded or default), e.g. a new
+    # ``max_context_length``; ``compaction_off`` disables compaction.
+    compaction: Mapping[str, Any] | None = None
+    compaction_off: bool = False
+    retry: RetryPolicy | None = None
+    thinking_level: str | None = None
+    workspace: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """The settings a session runs with, and where they came from."""
+
+    approval: str
+    max_turns: int
+    compaction: CompactionSettings | None
+    retry: RetryPolicy
+    thinking_level: str | None
+    # The recorded model endpoint ``(provider, model_id, base_url)`` (resume), if any.
+    model: tuple[str, str, str | None] | None
+    restored: SettingsPayload | None = None
+    overridden: tuple[str, ...] = field(default=())
+
+    def session_options(self) -> dict[str, Any]:
+        """``Session.create`` / ``resume_session`` keyword options."""
+        return {
+            "max_turns": self.max_turns,
+            "compaction": self.compaction,
+            "retry": self.retry,
+            "thinking_level": self.thinking_level,
+        }
+
+
+def resolve(
+    recorded: SettingsPayload | None,
+    overrides: Overrides,
+    *,
+    default_approval: str,
+    default_retry: RetryPolicy | None = None,
+    default_compaction: CompactionSettings | None = Session.DEFAULT_COMPACTION,
+) -> Resolved:
+    """R-SET-3: each setting from the override, else the record, else the host's default."""
+    rec = recorded_options(recorded)
+    overridden: list[str] = []
+
+    def pick(name: str, given: Any, default: Any) -> Any:
+        if given is not None:
+            if name in rec and rec[name] == given:
+                return given
+            overridden.append(name)
+            return given
+        return rec.get(name, default)
+
+    approval = overrides.approval
+    if approval is None:
+        approval = recorded.approval if recorded is not None and recorded.approval else None
+        approval = approval or default_approval
+    elif recorded is not None and recorded.approval != approval:
+        overridden.append("approval")
+    compaction: CompactionSettings | None = rec.get("compaction", default_compaction)
+    if overrides.compaction_off:
+        if compaction is not None:
+            overridden.append("compaction")
+        compaction = None
+    elif overrides.compaction:
+        base = compaction if compaction is not None else Session.DEFAULT_COMPACTION
+        changed = base.model_copy(update=dict(overrides.compaction))
+        if changed != compaction:
+            overridden.append("compaction")
+        compaction = changed
+    return Resolved(
+        approval=approval,
+        max_turns=pick("max_turns", overrides.max_turns, DEFAULT_MAX_TURNS),
+        compaction=compaction,
+        retry=pick("retry", overrides.retry, default_retry or Session.DEFAULT_RETRY),
+        thinking_level=pick("thinking_level", overrides.thinking_level, None),
+        model=recorded_model(recorded),
+        restored=recorded,
+        overridden=tuple(overridden),
+    )
+
+
+async def open_session(
+    root: DataRoot,
+    *,
+    llm: LLM,
+    environment: Callable[[LLM, Path], Environment],
+    resolved: Resolved,
+    session_id: str | None = None,
+    workspace: Path,
+    system_prompt: str = "",
+    project: str,
+    agent: str,
+    fsync: FsyncPolicy = "turn",
+    source: Literal["subagent", "schedule"] | None = None,
+    **engine_options: Any,
+) -> Session:
+    """A new session (``session_id`` None) or the recorded one resumed, with ``resolved``'s
+    settings; the environment is built for ``workspace`` once the model is known.
+    ``engine_options``: the engine's own keyword options of features (``mcp``, ``sandbox``,
+    ``network``, ``approval_rules``…), passed on to ``Session.create`` / ``resume_session``."""
+    from replay import resume_session
+
+    env = environment(llm, workspace)
+    options = {**resolved.session_options(), **engine_options}
+    if session_id is None:
+        return await Session.create(
+            llm=llm,
+            environment=env,
+            root=root,
+            workspace=workspace,
+            system_prompt=system_prompt,
+            project=project,
+            agent=agent,
+            fsync=fsync,
+            source=source,
+            **options,
+        )
+    return await resume_session(
+        root,
+        session_id,
+        llm=llm,
+        environment=env,
+        workspace=workspace,
+        project=project,
+        agent=agent,
+        fsync=fsync,
+        **options,
+    )
+
+
+def settings_line(settings: SettingsPayload | None) -> str:
+    """The restored settings on one line (``penguin resume``, ``chat SESSION``, R-SET-3)."""
+    if settings is None:
+        return "settings: none recorded (the defaults apply)"
+    parts: list[str] = []
+    if settings.approval:
+        parts.append(f"approval {settings.approval}")
+    if settings.max_turns is not None:
+        parts.append(f"max turns {settings.max_turns}")
+    c = settings.compaction
+    if c is False:
+        parts.append("compaction off")
+    elif isinstance(c, dict):
+        limits = []
+        if isinstance(c.get("max_context_length"), int) and c["max_context_length"] > 0:
+            limits.append(f"at {c['max_context_length']} tokens")
+        if isinstance(c.get("max_session_turns"), int) and c["max_session_turns"] > 0:
+            limits.append(f"every {c['max_session_turns']} turns")
+        parts.append(" ".join([f"compaction {c.get('mode', 'summarize')}", *limits]))
+    if isinstance(settings.retry, dict) and "max_reconnects" in settings.retry:
+        parts.append(f"retries {settings.retry['max_reconnects']}")
+    if settings.thinking_level:
+        parts.append(f"thinking {settings.thinking_level}")
+    if isinstance(settings.model, dict):
+        model = f"model {settings.model.get('provider', '?')}/{settings.model.get('model_id', '?')}"
+        if settings.model.get("base_url"):
+            model += f" at {settings.model['base_url']}"
+        parts.append(model)
+    for key in _EXTRA_KEYS:
+        value = getattr(settings, key, None)
+        if value is not None:
+            parts.append(f"{key} {_short(value)}")
+    return "settings: " + "; ".join(parts)
+
+
+# Keys features add to the record, shown as they are (the sandbox, MCP servers…).
+_EXTRA_KEYS: tuple[str, ...] = ("sandbox", "network", "mcp", "approval_rules", "tools")
+
+
+def _short(value: object) -> str:
+    if isinstance(value, dict):
+        return ",".join(sorted(str(k) for k in value))
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return str(value).lower() if isinstance(value, bool) else str(value)
