@@ -18,6 +18,7 @@ from eventstore import (
     FsyncPolicy,
     OmniMessage,
     RecordTooLarge,
+    SettingsPayload,
     ToolCallOutputPayload,
     TraceError,
     TraceWriteError,
@@ -143,12 +144,12 @@ class Recorder:
             self._head_records.append(self._tool_list)
             self._tool_list_in_file = True
         # R-SET-2c: each file carries the settings it is written under, right after
-        # tool_list_ready (stamped now: R-SET-6).
+        # tool_list_ready — stamped like the rest of the head (R-TRACE-9), which V-20 exempts.
         settings, self._settings_next = self._settings_next, None
-        if settings is None and self.state.settings is not None:
-            settings = b.settings(self.state.settings)
-        if settings is not None:
-            settings = b.restamped(settings)
+        payload = settings.payload if settings is not None else self.state.settings
+        if isinstance(payload, SettingsPayload):
+            head = self._head_records[-1].timestamp
+            settings = b.settings(payload, timestamp=head)
             writer.append(settings)
             self._head_records.append(settings)
 
@@ -158,7 +159,7 @@ class Recorder:
 
     # ------------------------------------------------------------------ settings
 
-    def record_settings(self, msg: OmniMessage) -> None:
+    def record_settings(self, msg: OmniMessage, *, timestamp: str | None = None) -> None:
         """R-SET-2: write a settings record before a run's input — unless a rotation is
         pending: then the new file's head carries it, written with the next record.  Like the
         prompt, it is recorded, not streamed: the caller chose it.  Nothing when the recorded
@@ -168,7 +169,9 @@ class Recorder:
         if self.meta_written and self.state.rotation_pending and not self._head_only:
             self._settings_next = msg
             return
-        self.record(b.restamped(msg))
+        # Stamped as the run's input it precedes (R-SET-6: when it is written), so the trace's
+        # timestamps do not go back at the input.
+        self.record(b.settings(msg.payload, timestamp=timestamp))  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ the tool list
 

@@ -442,7 +442,9 @@ class Session:
         await self._turns.resolve_tools()
         # R-SET-2: before the input of a run whose settings differ from the recorded ones.
         if run.settings is not None:
-            self._rec.record_settings(run.settings)
+            self._rec.record_settings(
+                run.settings, timestamp=prompt[0].timestamp if prompt else None
+            )
         # R-RUN-5/6: pending summary, then the prompt, then (first run) tool_list_ready.
         summary = self._rec.context.pending_summary
         if summary is not None:

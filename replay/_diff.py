@@ -27,6 +27,7 @@ from eventstore import (
     RequestBeginPayload,
     RequestEndPayload,
     SessionMetaPayload,
+    SettingsPayload,
     TextPayload,
     TokenUsagePayload,
     ToolCallOutputPayload,
@@ -71,6 +72,8 @@ class _Run:
     compactions: list[str] = field(default_factory=list)
     steering: list[str] = field(default_factory=list)
     end: str | None = None
+    # The settings the run ran under (SPEC §23), as canonical JSON; None: none recorded.
+    settings: str | None = None
 
 
 @dataclass
@@ -183,6 +186,7 @@ class _Reader:
         self.compacting: str | None = None
         self.last_status: str | None = None
         self.calls: dict[str, _Call] = {}
+        self.settings: str | None = None
 
     def norm(self, text: str) -> str:
         for old, new in self.pairs:
@@ -192,7 +196,7 @@ class _Reader:
 
     def current_run(self, at: str) -> _Run:
         if self.run is None:
-            self.run = _Run(at)
+            self.run = _Run(at, settings=self.settings)
             self.side.runs.append(self.run)
         return self.run
 
@@ -205,6 +209,9 @@ class _Reader:
         elif isinstance(p, ToolListReadyPayload):
             if self.side.tools is None:
                 self.side.tools = self.norm(msgspec.json.encode(p.tools).decode())
+        elif isinstance(p, SettingsPayload):
+            raw = msgspec.to_builtins(p)
+            self.settings = self.norm(json.dumps(raw, sort_keys=True, ensure_ascii=False))
         elif isinstance(p, CompactionBeginPayload):
             self.compacting = f"{p.reason} {p.mode}"
         elif isinstance(p, CompactionEndPayload):
@@ -366,6 +373,10 @@ def _compare_runs(d: _Diffs, where: str, a: _Run, b: _Run) -> None:
     if a.end != b.end:
         d.add(where, "run ending", a.end, b.end, a.at, b.at)
         d.count("status_changes")
+    # Settings are compared where both sides recorded them (a reference trace has none).
+    if a.settings is not None and b.settings is not None and a.settings != b.settings:
+        d.add(where, "settings", a.settings, b.settings, a.at, b.at)
+        d.count("settings_changes")
 
 
 def _pairs(a: list[_Run], b: list[_Run]) -> Iterator[tuple[int | None, int | None]]:
@@ -414,6 +425,7 @@ def diff_traces(a: TraceSource, b: TraceSource) -> TraceDiff:
         "calls_arguments_differ": 0,
         "calls_outputs_differ": 0,
         "status_changes": 0,
+        "settings_changes": 0,
         "tokens_a": sum(t.tokens for r in sa.runs for t in r.turns) + sa.compaction_tokens,
         "tokens_b": sum(t.tokens for r in sb.runs for t in r.turns) + sb.compaction_tokens,
     }

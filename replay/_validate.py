@@ -388,6 +388,8 @@ class _RecordChecks(_State):
     def _check_timestamp(self, line: int, msg: OmniMessage, kind: str) -> None:
         if kind == "session_meta" or (kind == "tool_list_ready" and self.n_records == 2):
             return  # rotated heads re-write old timestamps (R-TRACE-9)
+        if kind == "settings" and self.only_head:
+            return  # a rotated head's settings record, stamped as its head (R-SET-2c)
         payload = msg.payload
         if (
             isinstance(payload, TextPayload)
@@ -783,7 +785,12 @@ class _Checker(_CompactionChecks):
                 self.only_head = kind == "session_meta"
             else:
                 self.second_kind, self.second_line = kind, line
-                self.only_head = self.only_head and kind == "tool_list_ready"
+                self.only_head = self.only_head and kind in ("tool_list_ready", "settings")
+        elif n == 3:
+            # R-SET-2c: a rotated head is session_meta, tool_list_ready, settings.
+            self.only_head = (
+                self.only_head and kind == "settings" and self.second_kind == "tool_list_ready"
+            )
         else:
             self.only_head = False
 

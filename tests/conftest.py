@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
+from secretkit import SUITE_SECRETS, traces_holding
 from sharedkit import check_shared, in_ci
 
 
@@ -38,3 +39,11 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     for mark in item.iter_markers("needs_shared"):
         check_shared(mark.args[0], ci=in_ci())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_secret_in_any_trace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """R-SET-4: after the run, no trace any test wrote holds a key or token the suite used."""
+    yield
+    leaked = traces_holding(tmp_path_factory.getbasetemp(), SUITE_SECRETS)
+    assert leaked == [], f"R-SET-4: secrets recorded in traces: {leaked[:5]}"

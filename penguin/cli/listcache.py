@@ -48,8 +48,12 @@ class Cached(msgspec.Struct, frozen=True):
     last_error: str | None = None  # the last request's error message
 
 
+# 2: ``status`` is the one status of R-SET-5 (was the last request's).
+_VERSION = 2
+
+
 class _File(msgspec.Struct):
-    version: int = 1
+    version: int = _VERSION
     sessions: dict[str, Cached] = msgspec.field(default_factory=dict)
 
 
@@ -70,7 +74,8 @@ class ListCache:
         self._old: dict[str, Cached] = {}
         self._new: dict[str, Cached] = {}
         try:
-            self._old = msgspec.json.decode(self._path.read_bytes(), type=_File).sessions
+            cached = msgspec.json.decode(self._path.read_bytes(), type=_File)
+            self._old = cached.sessions if cached.version == _VERSION else {}
         except (OSError, msgspec.DecodeError):
             self._old = {}
 

@@ -48,14 +48,15 @@ _TIMESTAMP: Final = re.compile(rb'^\s*\{\s*"timestamp"\s*:\s*"([^"\\]{1,64})"')
 
 @dataclass(slots=True)
 class SessionRow:
-    """One listed session.  ``status``: completed, failed, aborted, timeout… (the last
-    request's), ``interrupted`` (a request or task left open by a crash), ``running`` (open,
-    and the lock's holder is alive), ``new`` (no request yet) or ``unreadable``."""
+    """One listed session.  ``status``: the one status (R-SET-5) — ``running`` (a run is open
+    and a writer holds the lock), ``interrupted`` (a run left open by a crash), else how the
+    last run ended (``completed``, ``max_turns``, ``aborted``, ``failed``, ``goal_*``…),
+    ``idle`` (no run ended yet) — or ``unreadable``."""
 
     info: SessionInfo
     active: float
     latest: Path
-    status: str = "new"
+    status: str = "idle"
     records: int = 0
     turns: int = 0
     first_prompt: str | None = None
@@ -156,11 +157,8 @@ def summarize(info: SessionInfo, active: float | None = None) -> SessionRow:
     row.task_running = state.task_running
     if any(d.kind == "empty_file" for d in row.diagnostics) and len(files) > 1:
         row.latest = files[-2]
-    row.open = state.open_request or state.open_compaction is not None or state.task_running
-    if state.last_request_status is not None:
-        row.status = str(state.last_request_status)
-    if row.max_turns and row.status == "completed":
-        row.status = "max_turns"  # its last request completed; its task did not (R-SET-5)
+    row.open = state.run_open
+    row.status = state.status  # the one status (R-SET-5)
     objective = state.goal.objective
     if objective is not None and (row.first_prompt or "").startswith("[goal]\nround: "):
         # A goal session's first input is its round block: the objective is its title.
@@ -216,12 +214,14 @@ def _open_status(row: SessionRow) -> None:
     (decided at each listing, never cached)."""
     if row.open and row.error is None:
         row.status = "running" if writer_holds(row.latest) else "interrupted"
+    elif row.status == "running":  # a cached row of a run that has ended since
+        row.status = "interrupted"
 
 
 def _to_cached(row: SessionRow, keys: list[FileKey]) -> Cached:
     return Cached(
         files=keys,
-        status=row.status if not row.open else "new",
+        status=row.status,
         open=row.open,
         records=row.records,
         turns=row.turns,
@@ -244,7 +244,7 @@ def _from_cached(info: SessionInfo, c: Cached) -> SessionRow:
         info=info,
         active=c.active if c.active is not None else c.files[-1][2] / 1e9,
         latest=next((f for f in reversed(info.files) if str(f) == c.latest), info.files[-1]),
-        status=c.last_request_status or "new" if c.open else c.status,
+        status=c.status,
         records=c.records,
         turns=c.turns,
         first_prompt=c.first_prompt,

@@ -103,7 +103,9 @@ class ServerContext:
                 base["status"] = activity
             base["state"] = h.state
             base["title"] = h.title
-            base["approval"] = h.approval
+            if session is not None or not base.get("approval"):
+                # A session not loaded yet runs with its recorded mode (the index's).
+                base["approval"] = h.approval
             live = None if session is None else session.sandbox
             base["sandbox"] = h.sandbox if live is None else live.settings()
             base["last_active"] = base.get("last_active") or _iso(h.last_active)

@@ -193,3 +193,42 @@ async def test_the_endpoint_is_recorded_without_its_secrets(env: Env) -> None:
     assert secret not in encode(payload).decode()
     assert public_url("http://a:b@h:1/p") == "http://h:1/p"
     await llm.aclose()
+
+
+def test_the_suite_wide_secret_grep_finds_a_planted_key(tmp_path: Path) -> None:
+    """R-SET-4: the session fixture's grep is not vacuous: a trace holding a suite key is found,
+    and every listed key is one a test module really uses."""
+    from secretkit import SUITE_SECRETS, traces_holding
+
+    trace = tmp_path / "t" / "s_001.jsonl"
+    trace.parent.mkdir()
+    trace.write_text('{"payload": {"x": "Bearer ' + SUITE_SECRETS[0] + '"}}\n')
+    (tmp_path / "clean_001.jsonl").write_text("{}\n")
+    try:
+        assert traces_holding(tmp_path, SUITE_SECRETS) == [(trace, SUITE_SECRETS[0])]
+    finally:
+        trace.unlink()  # planted here only: the suite's own grep must not find it
+    tests = Path(__file__).resolve().parents[1]
+    sources = "".join(
+        p.read_text(encoding="utf-8") for p in tests.rglob("*.py") if p.name != "secretkit.py"
+    )
+    assert all(sources.count(secret) >= 1 for secret in SUITE_SECRETS)
+
+
+async def test_diff_reports_a_settings_change(tmp_path: Path) -> None:
+    """SPEC §23 item 7, R-TOOL-2: two runs of the same task under other settings differ."""
+    from replay import diff_traces
+
+    sides = []
+    for n, turns in enumerate((3, 4)):
+        (tmp_path / str(n)).mkdir()
+        env = make_env(tmp_path / str(n))
+        session, _ = await make_session(env, [[{"text": "same"}]], max_turns=turns)
+        async with session:
+            await collect(session.run([b.user_text("task")], approve=deny_all))
+        sides.append(env.root.trace_files(session.id))
+    result = diff_traces(sides[0], sides[1])
+    assert not result.equal
+    assert [d.what for d in result.differences] == ["settings"]
+    assert result.summary["settings_changes"] == 1
+    assert diff_traces(sides[0], sides[0]).equal

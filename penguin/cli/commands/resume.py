@@ -329,6 +329,7 @@ def _last_reply(context: ModelContext) -> str | None:
 def _print_state(loaded: Loaded, *, as_json: bool) -> None:
     from rich.text import Text
 
+    from penguin._setup import settings_line
     from penguin.cli.views.inspect import context_dict, describe, state_dict
 
     sid, context, payload = loaded.session_id, loaded.context, loaded.meta_payload
@@ -376,6 +377,7 @@ def _print_state(loaded: Loaded, *, as_json: bool) -> None:
             f"closed: {'true' if c['closed'] else 'false'}"
         )
     )
+    out.print(t(f"  {safe(settings_line(loaded.state.settings))}"), soft_wrap=True)
     if s["goal"]:
         out.print(t(goal_line(s["goal"])), soft_wrap=True)
     if carry:

@@ -32,9 +32,16 @@ _WIDTH: Final = 80
 DEFAULT_SHOWN: Final = 20
 _STATUS_STYLE: Final = {
     "completed": "green",
+    "goal_complete": "green",
     "running": "cyan",
+    "awaiting_approval": "cyan",
+    "compacting": "cyan",
     "interrupted": "yellow",
     "aborted": "yellow",
+    "max_turns": "yellow",
+    "goal_blocked": "yellow",
+    "budget_limited": "yellow",
+    "failed": "red",
     "unreadable": "red",
 }
 

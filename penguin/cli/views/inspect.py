@@ -239,6 +239,10 @@ def state_dict(state: SessionState) -> dict[str, Any]:
         "files": state.files,
         "records": state.records,
         "goal": goal_dict(state.goal),
+        # SPEC §23: the records alone (a reader holds no lock: an open run reads interrupted).
+        "status": state.status,
+        "runs": state.runs,
+        "settings": msgspec.to_builtins(state.settings) if state.settings is not None else None,
     }
 
 

@@ -10,6 +10,8 @@ export function conversationView(root, id) {
   const base = `/api/sessions/${enc(id)}`;
   const title = h("h2", { class: "title" }, id);
   const stateTag = h("span", { class: "tag state", dataset: { state: "idle" } }, "idle");
+  // The session's approval mode (SPEC §23: recorded, so it survives a restart).
+  const approvalTag = h("span", { class: "tag approval", title: "approval mode" }, "");
   const goalTag = h("span", { class: "tag goal", hidden: true });
   const sandboxTag = h("span", { class: "tag sandbox", hidden: true });
   const errorBox = h("div", { class: "error", hidden: true });
@@ -164,6 +166,8 @@ export function conversationView(root, id) {
     if (!row) return;
     setText(title, row.title || row.id);
     showSandbox(row.sandbox);
+    setText(approvalTag, row.approval ? `approval: ${row.approval}` : "");
+    approvalTag.hidden = !row.approval;
     const why = row.compactability || "unsupported";
     compact.dataset.why = why;
     setText(compactWhy, why === "ok" ? "" : `Compact unavailable: ${{
@@ -185,7 +189,7 @@ export function conversationView(root, id) {
   }
 
   root.append(h("section", { class: "conversation" },
-    h("div", { class: "conv-head" }, title, stateTag, goalTag, sandboxTag,
+    h("div", { class: "conv-head" }, title, stateTag, approvalTag, goalTag, sandboxTag,
       h("a", { href: `#/s/${enc(id)}/trace`, class: "button" }, "Trace view")),
     transcript.el,
     errorBox, authBox, retryBox,

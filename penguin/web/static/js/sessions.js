@@ -34,9 +34,12 @@ export function sessionsView(root) {
     onOpen: reload,
     onServer: (ev) => {
       if (ev.type === "session_state") {
-        states.set(ev.id, ev.state);
+        // The one status (R-SET-5): running, awaiting_approval, compacting, or how the
+        // last run ended (completed, interrupted, ...).
+        const shown = ev.status || ev.state;
+        states.set(ev.id, shown);
         const cell = tbody.querySelector(`tr[data-id="${CSS.escape(ev.id)}"] .state`);
-        if (cell) { setText(cell, ev.state); cell.dataset.state = ev.state; } else reload();
+        if (cell) { setText(cell, shown); cell.dataset.state = shown; } else reload();
         if (ev.state === "idle") reload();
       } else if (ev.type === "session_created") reload();
     },
@@ -46,7 +49,7 @@ export function sessionsView(root) {
 }
 
 function sessionRow(row, liveState) {
-  const state = liveState || row.state || "idle";
+  const state = liveState || row.status || row.state || "idle";
   const title = row.title || row.id;
   return h("tr", { dataset: { id: row.id } },
     h("td", null, h("a", { href: `#/s/${encodeURIComponent(row.id)}`, class: "title" }, title),
