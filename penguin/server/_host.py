@@ -56,7 +56,7 @@ from eventstore import (
 )
 from eventstore.builders import restamped
 from penguin._goal import GoalRounds
-from penguin._setup import Overrides, open_session, resolve
+from penguin._setup import Overrides, Resolved, open_session, resolve
 from replay import fork_session, load_session
 
 from . import _controls as controls
@@ -273,9 +273,7 @@ class SessionHost:
             compaction=None if compaction is None else compaction.model_dump(),
             compaction_off=compaction is None,
         )
-        resolved = resolve(
-            None, overrides, default_approval=self.approval, default_retry=self._retry
-        )
+        resolved = resolve(None, overrides, default_approval=approval, default_retry=self._retry)
         try:
             session = await open_session(
                 self.root,
@@ -319,18 +317,7 @@ class SessionHost:
                 return h.session
             files = self.root.trace_files(h.id, project=h.project, agent=h.agent)
             workspace = await anyio.to_thread.run_sync(_recorded_workspace, files)
-            # SPEC §23: the session comes back with its recorded settings — approval,
-            # max_turns, compaction, retry, model endpoint — not this server's defaults.
-            _f, _l, _c, state, _m = await anyio.to_thread.run_sync(
-                lambda: load_session(self.root, h.id, project=h.project, agent=h.agent)
-            )
-            resolved = resolve(
-                state.settings,
-                h.overrides,
-                default_approval=self.approval,
-                default_retry=self._retry,
-            )
-            h.approval = resolved.approval  # type: ignore[assignment]
+            resolved = await _recorded(self.root, h, self.approval, self._retry)
             llm = _make_llm(self._llm_factory, h.model, resolved.model)
             try:
                 session = await open_session(
@@ -640,6 +627,18 @@ class SessionHost:
             raise ApiError(409, "session_locked", str(exc)) from None
         h.channel.close()
         self._hosted.pop(h.id, None)
+
+
+async def _recorded(root: DataRoot, h: Hosted, approval: str, retry: RetryPolicy) -> Resolved:
+    """SPEC §23: a session comes back with its recorded settings — approval, max_turns,
+    compaction, retry, model endpoint — not this server's defaults; ``h.overrides`` (what the
+    client said when it created it here) still apply."""
+    _f, _l, _c, state, _m = await anyio.to_thread.run_sync(
+        lambda: load_session(root, h.id, project=h.project, agent=h.agent)
+    )
+    resolved = resolve(state.settings, h.overrides, default_approval=approval, default_retry=retry)
+    h.approval = resolved.approval  # type: ignore[assignment]
+    return resolved
 
 
 def _make_llm(factory: LLMFactory, model: str | None, recorded: Any) -> LLM:

@@ -149,7 +149,8 @@ async def get_session(request: Request) -> Response:
         if files:
             # Not loaded (never used, or released when idle): the same summary, folded from
             # the latest file without taking the session's lock.
-            row.update(await anyio.to_thread.run_sync(_folded, files[-1], h.compaction is None))
+            off = h.overrides.compaction_off
+            row.update(await anyio.to_thread.run_sync(_folded, files[-1], off))
     row["pending_approvals"] = [p.tool_call_id for p in h.pending.values()]
     row["goal"] = goal_dict(session.state.goal) if session is not None else None
     return json_response(row)
@@ -157,7 +158,8 @@ async def get_session(request: Request) -> Response:
 
 def _folded(path: Path, compaction_off: bool) -> dict[str, Any]:
     context, state, _ = project(iter_trace(path, report=False))
-    if compaction_off:
+    # The latest file holds the settings in effect (every rotated head carries them, R-SET-2c).
+    if compaction_off or (state.settings is not None and state.settings.compaction is False):
         verdict = "unsupported"
     elif state.turns_in_context >= 1:
         verdict = "ok"

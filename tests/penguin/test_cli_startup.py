@@ -154,6 +154,7 @@ def test_inspect_loads_the_folds_it_shows_and_nothing_of_replay_or_the_engine(
         "projections._context",
         "projections._goal",
         "projections._state",
+        "projections._status",  # the one status (R-SET-5), part of the state fold
         "projections.markers",
     }
 

@@ -192,7 +192,7 @@ def _continue(g: Globals, loaded: Loaded, message: str | None, opts: TaskOptions
     from penguin._setup import open_session, resolve, settings_line
     from penguin.cli.diagnose import quiet_reader
     from penguin.cli.tasks.live import build_subagents, environment_for
-    from penguin.cli.tasks.model import build_llm, check_same_model, choose_approve, choose_model
+    from penguin.cli.tasks.model import choose_approve
     from penguin.cli.tasks.task import (
         checked_message,
         checked_workspace,
@@ -207,16 +207,8 @@ def _continue(g: Globals, loaded: Loaded, message: str | None, opts: TaskOptions
     sid = loaded.session_id
     meta = loaded.meta_payload
     restored = loaded.state.settings
-    recorded, endpoint = _recorded_model(meta, restored)
     config = load_config(root.home)
-    choice = choose_model(
-        opts.llm, config=config, recorded=recorded, session_id=sid, endpoint=endpoint
-    )
-    allow = opts.llm.change_model
-    if choice.script is None:  # refused before a key is even looked for
-        check_same_model(choice, None, recorded=recorded, session_id=sid, allow=allow)
-    model_llm = build_llm(choice)
-    check_same_model(choice, model_llm, recorded=recorded, session_id=sid, allow=allow)
+    choice, model_llm = _model_of(opts, loaded, config)
     mode = choose_approve(
         opts.approve,
         scripted=choice.script is not None,
@@ -278,6 +270,24 @@ def _continue(g: Globals, loaded: Loaded, message: str | None, opts: TaskOptions
         )
 
     finish_task(anyio.run(go), as_json=opts.as_json)
+
+
+def _model_of(opts: TaskOptions, loaded: Loaded, config: Any) -> tuple[Any, Any]:
+    """The model to continue with: the recorded one at its recorded endpoint (SPEC §23)
+    unless the options say otherwise; another model only with ``--change-model``."""
+    from penguin.cli.tasks.model import build_llm, check_same_model, choose_model
+
+    sid = loaded.session_id
+    recorded, endpoint = _recorded_model(loaded.meta_payload, loaded.state.settings)
+    choice = choose_model(
+        opts.llm, config=config, recorded=recorded, session_id=sid, endpoint=endpoint
+    )
+    allow = opts.llm.change_model
+    if choice.script is None:  # refused before a key is even looked for
+        check_same_model(choice, None, recorded=recorded, session_id=sid, allow=allow)
+    model_llm = build_llm(choice)
+    check_same_model(choice, model_llm, recorded=recorded, session_id=sid, allow=allow)
+    return choice, model_llm
 
 
 def _recorded_model(

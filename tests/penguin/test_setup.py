@@ -1,0 +1,56 @@
+"""The one setup path (SPEC §23, R-SET-3): override, else record, else the host's default."""
+
+from __future__ import annotations
+
+from engine import CompactionSettings, RetryPolicy, Session
+from eventstore import SettingsPayload
+from penguin._setup import Overrides, resolve, settings_line
+
+RECORDED = SettingsPayload(
+    approval="deny-all",
+    max_turns=1,
+    compaction={"mode": "discard", "max_context_length": 5000, "max_session_turns": -1},
+    retry={"max_reconnects": 2, "base_ms": 10, "cap_ms": 20},
+    thinking_level="high",
+    model={"provider": "openai", "model_id": "gpt-x", "base_url": "http://llm:8000/v1"},
+)
+
+
+def test_recorded_settings_win_over_the_hosts_defaults() -> None:
+    r = resolve(RECORDED, Overrides(), default_approval="allow-all")
+    assert r.approval == "deny-all" and r.max_turns == 1
+    assert r.compaction == CompactionSettings(mode="discard", max_context_length=5000)
+    assert r.retry == RetryPolicy(max_reconnects=2, base_ms=10, cap_ms=20)
+    assert r.thinking_level == "high"
+    assert r.model == ("openai", "gpt-x", "http://llm:8000/v1")
+    assert r.overridden == ()
+
+
+def test_an_override_wins_and_changes_only_what_it_names() -> None:
+    """``--max-context-length`` on a resumed discard session keeps its mode."""
+    r = resolve(
+        RECORDED,
+        Overrides(approval="ask", compaction={"max_context_length": 9000}),
+        default_approval="allow-all",
+    )
+    assert r.approval == "ask" and r.max_turns == 1
+    assert r.compaction == CompactionSettings(mode="discard", max_context_length=9000)
+    assert set(r.overridden) == {"approval", "compaction"}
+    off = resolve(RECORDED, Overrides(compaction_off=True), default_approval="ask")
+    assert off.compaction is None
+
+
+def test_without_a_record_the_defaults_apply() -> None:
+    """A reference trace (no settings record) or a new session."""
+    r = resolve(None, Overrides(), default_approval="ask")
+    assert (r.approval, r.max_turns, r.model) == ("ask", 100, None)
+    assert r.compaction == Session.DEFAULT_COMPACTION and r.retry == Session.DEFAULT_RETRY
+
+
+def test_the_restored_settings_on_one_line() -> None:
+    assert settings_line(RECORDED) == (
+        "settings: approval deny-all; max turns 1; compaction discard at 5000 tokens; "
+        "retries 2; thinking high; model openai/gpt-x at http://llm:8000/v1"
+    )
+    assert settings_line(None) == "settings: none recorded (the defaults apply)"
+    assert "compaction off" in settings_line(SettingsPayload(compaction=False))
