@@ -312,6 +312,13 @@ def _reason(expected: dict[str, Any], actual: dict[str, Any]) -> str:
     return f"{ek}: {_first_difference(expected, actual)}"
 
 
+def _without_settings(located: list[Located]) -> list[Located]:
+    """The records a replay re-creates: settings records (SPEC §23) are its input, not its
+    output (it runs with them, under its own model and approvals; a reference trace has none),
+    so positions and comparisons leave them out on both sides."""
+    return [loc for loc in located if not isinstance(loc.record.payload, SettingsPayload)]
+
+
 def _compare(
     expected: list[Located], stop: int, actual: list[OmniMessage]
 ) -> tuple[list[str], list[str], Divergence | None]:
@@ -751,6 +758,7 @@ async def areplay_trace(
     session that used subagents are replayed from their own traces, found beside the parent's
     (R-SUB-3); a divergence in a child names the child's file."""
     trace, near = parent_files(trace)
+    recorded_all = load_located(trace)
     located = _recorded(trace)
     children = _load_children(located, near)
     meta = next(
@@ -764,7 +772,7 @@ async def areplay_trace(
     if meta is None:
         raise ValueError("the trace holds no session_meta record: nothing to replay")
     settings = _infer(
-        located,
+        recorded_all,
         max_turns=max_turns,
         max_context_length=max_context_length,
         max_session_turns=max_session_turns,
@@ -846,7 +854,7 @@ def _recorded(trace: TraceSource) -> list[Located]:
     return [
         loc
         for loc in load_located(trace)
-        if not isinstance(loc.record.payload, WorkspaceSnapshotPayload)
+        if not isinstance(loc.record.payload, WorkspaceSnapshotPayload | SettingsPayload)
     ]
 
 
@@ -1163,7 +1171,12 @@ def _cut_before(located: list[Located], start: int) -> int:
 def _positions(root: DataRoot, session_id: str, uncounted: frozenset[str]) -> int:
     """The recorded positions a resumed session's files hold (its closure records included)."""
     records = load_located(root.trace_files(session_id))
-    return sum(1 for loc in records if payload_type(loc.record) not in uncounted)
+    return sum(
+        1
+        for loc in records
+        if payload_type(loc.record) not in uncounted
+        and not isinstance(loc.record.payload, SettingsPayload)
+    )
 
 
 class _Driver:
@@ -1190,6 +1203,8 @@ class _Driver:
             return  # stopped at the crash: what the session writes now is thrown away
         if self.uncounted and payload_type(msg) in self.uncounted:
             return
+        if isinstance(msg.payload, SettingsPayload):
+            return  # not counted: recorded positions leave settings records out
         self.count += 1
         n = self.count
         if self.crash_at is not None and n == self.crash_at:
@@ -1464,7 +1479,7 @@ async def _record_live(
     keyword arguments, plus an optional ``approve``).  User aborts and crashes depend on the
     moment and are not re-created.  Returns the new session's trace files."""
     trace, _near = parent_files(trace)
-    located = load_located(trace)
+    located = _without_settings(load_located(trace))
     steps = _plan(located)
     timing = _timing(located)
     begins = [
