@@ -32,6 +32,7 @@ from eventstore import (
     RequestBeginPayload,
     RequestEndPayload,
     SessionMetaPayload,
+    SettingsPayload,
     StopReason,
     TextPayload,
     ThinkingPayload,
@@ -374,7 +375,9 @@ class ModelContext:
         handler = _HANDLERS.get(kind)
         if handler is not None:
             handler(self, record, p)
-        if handler is not _ON_USER_INPUT:
+        if handler is not _ON_USER_INPUT and kind is not SettingsPayload:
+            # A settings record (written before a run's input, SPEC §23) is not part of the
+            # conversation: it neither ends nor starts a Prompt.
             self._prompt_open = False
 
     # ------------------------------------------------------------------ model messages
