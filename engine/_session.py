@@ -54,7 +54,7 @@ from ._protocols import LLM, ApproveFn, BindsScratchpad, Environment, llm_identi
 from ._recorder import Recorder, RecordListener
 from ._run import Run, WriteFailed, first_write_failure, next_message
 from ._sandbox import SandboxMode, SandboxPolicy, apply_sandbox, sandboxed
-from ._settings import SessionOptions
+from ._settings import SessionOptions, feature_settings
 from ._signal import AbortSignal
 from ._snapshots import Snapshots, SnapshotSettings
 from ._steering import Steering
@@ -160,6 +160,7 @@ class Session:
             llm, data_root, ws, system_prompt, project, agent, source=source, fsync=fsync
         )
         options = SessionOptions(max_turns, compaction, retry, thinking_level, llm)
+        options.extra.update(feature_settings(_policy(environment), snapshots))
         session = cls(
             llm=llm,
             environment=environment,
@@ -218,6 +219,7 @@ class Session:
             state=state,
         )
         options = SessionOptions(max_turns, compaction, retry, thinking_level, llm)
+        options.extra.update(feature_settings(_policy(environment), snapshots))
         session = cls(
             llm=llm,
             environment=environment,
@@ -623,6 +625,10 @@ def _new_recorder(
     )
     path = root.trace_path(session_id, 1, project=project, agent=agent, date=date_dir)
     return Recorder(session_id=session_id, meta=meta, trace_path=path, fsync=fsync)
+
+
+def _policy(environment: object) -> SandboxPolicy | None:
+    return None if (box := sandboxed(environment)) is None else box.sandbox
 
 
 def _meta_payload(meta: OmniMessage) -> SessionMetaPayload:

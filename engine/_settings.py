@@ -23,6 +23,8 @@ from eventstore import SettingsPayload
 
 from ._config import CompactionSettings, RetryPolicy
 from ._protocols import ApproveFn, allow_all, deny_all, llm_identity
+from ._sandbox import SandboxPolicy
+from ._snapshots import SnapshotSettings
 
 __all__ = [
     "APPROVAL_MODES",
@@ -169,7 +171,37 @@ def recorded_options(settings: SettingsPayload | None) -> dict[str, Any]:
         options["retry"] = RetryPolicy(**_known(RetryPolicy, settings.retry))
     if settings.thinking_level is not None:
         options["thinking_level"] = settings.thinking_level
+    if settings.sandbox is not None:
+        options["sandbox"] = settings.sandbox
+    if settings.network is not None:
+        options["network"] = settings.network
+    if settings.snapshots is False:
+        options["snapshots"] = None
+    elif isinstance(settings.snapshots, dict):
+        options["snapshots"] = SnapshotSettings(**_known_fields(settings.snapshots))
     return options
+
+
+def _known_fields(values: Mapping[str, Any]) -> dict[str, Any]:
+    names = {"max_file_bytes", "max_snapshot_bytes"}
+    return {k: v for k, v in values.items() if k in names and isinstance(v, int)}
+
+
+def feature_settings(
+    sandbox: SandboxPolicy | None, snapshots: SnapshotSettings | None
+) -> dict[str, Any]:
+    """The settings record's keys of the sandbox and the snapshots in force (R-SET-1)."""
+    out: dict[str, Any] = {}
+    if sandbox is not None:
+        out["sandbox"], out["network"] = sandbox.mode, sandbox.network
+    if snapshots is None or not snapshots.enabled:
+        out["snapshots"] = False
+    else:
+        out["snapshots"] = {
+            "max_file_bytes": snapshots.max_file_bytes,
+            "max_snapshot_bytes": snapshots.max_snapshot_bytes,
+        }
+    return out
 
 
 def recorded_model(settings: SettingsPayload | None) -> tuple[str, str, str | None] | None:

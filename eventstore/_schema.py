@@ -336,6 +336,11 @@ class SettingsPayload(_Payload, tag="settings", kw_only=True, frozen=True):
     model: dict[str, Any] | None = None
     # The enabled tool names, when the host restricts them.
     tools: list[str] | None = None
+    # The tools' sandbox (SPEC §25): "workspace-write" | "read-only" | "off", and TCP access.
+    sandbox: str | None = None
+    network: bool | None = None
+    # Workspace snapshots (SPEC §27): {max_file_bytes, max_snapshot_bytes}; ``False``: off.
+    snapshots: dict[str, Any] | bool | None = None
 
 
 # --------------------------------------------------------------------------- session_meta, unknown

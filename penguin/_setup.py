@@ -215,7 +215,7 @@ def settings_line(settings: SettingsPayload | None) -> str:
 
 
 # Keys features add to the record, shown as they are (the sandbox, MCP servers…).
-_EXTRA_KEYS: tuple[str, ...] = ("sandbox", "network", "mcp", "approval_rules", "tools")
+_EXTRA_KEYS: tuple[str, ...] = ("sandbox", "network", "mcp", "approval_rules", "tools", "snapshots")
 
 
 def _short(value: object) -> str:

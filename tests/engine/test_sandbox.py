@@ -556,7 +556,40 @@ async def test_a_subagent_inherits_its_parents_sandbox(box: Box, tmp_path: Path)
 async def test_resume_takes_a_sandbox_and_releases_the_lock_when_it_cannot(
     box: Box, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """R-BOX-2 on resume: refused before anything runs, and the session stays resumable."""
+    """R-BOX-2 on resume: refused before anything runs, and the session stays resumable.  The
+    recorded mode (R-SET-3: here the default, workspace-write) is what a resume asks for."""
+    from replay import resume_session
+
+    root = DataRoot(tmp_path / "root")
+    async with await Session.create(
+        llm=ScriptedLLM([[{"text": "hi"}]]),
+        environment=LocalEnvironment(box.ws),
+        root=root,
+        workspace=box.ws,
+    ) as session:
+        async for _ in session.run([b.user_text("go")]):
+            pass
+    monkeypatch.setattr("engine._sandbox.landlock_abi", lambda: 0)
+    with pytest.raises(SandboxUnavailable):
+        await resume_session(
+            root, session.id, llm=ScriptedLLM([]), environment=LocalEnvironment(box.ws)
+        )
+    # The recorded network setting (off) stands unless it is overridden too.
+    resumed = await resume_session(
+        root,
+        session.id,
+        llm=ScriptedLLM([]),
+        environment=LocalEnvironment(box.ws),
+        sandbox="off",
+        network=True,
+    )
+    async with resumed:
+        assert resumed.sandbox == SandboxPolicy(mode="off", network=True)
+
+
+async def test_r_set_3_resume_keeps_a_recorded_sandbox_off(box: Box, tmp_path: Path) -> None:
+    """R-SET-3 with R-BOX-4: a session recorded with ``sandbox="off"`` resumes unconfined without
+    being told again (before the settings record it came back confined)."""
     from replay import resume_session
 
     root = DataRoot(tmp_path / "root")
@@ -569,13 +602,8 @@ async def test_resume_takes_a_sandbox_and_releases_the_lock_when_it_cannot(
     ) as session:
         async for _ in session.run([b.user_text("go")]):
             pass
-    monkeypatch.setattr("engine._sandbox.landlock_abi", lambda: 0)
-    with pytest.raises(SandboxUnavailable):
-        await resume_session(
-            root, session.id, llm=ScriptedLLM([]), environment=LocalEnvironment(box.ws)
-        )
     resumed = await resume_session(
-        root, session.id, llm=ScriptedLLM([]), environment=LocalEnvironment(box.ws), sandbox="off"
+        root, session.id, llm=ScriptedLLM([]), environment=LocalEnvironment(box.ws)
     )
     async with resumed:
         assert resumed.sandbox == SandboxPolicy(mode="off", network=True)

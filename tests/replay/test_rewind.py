@@ -360,3 +360,41 @@ def test_r_snap_2_penguin_rewind_and_gc_commands(tmp_path: Path) -> None:
     assert _state(ws) == states[2]
     gc = invoke("--home", home, "gc", "--dry-run")
     assert gc.exit_code == 0 and "would remove 0 snapshot tree(s)" in gc.output
+
+
+def test_r_set_1_sandbox_network_and_snapshots_are_recorded_and_resume_takes_them(
+    tmp_path: Path,
+) -> None:
+    """R-SET-1/3 with R-BOX-4 and R-SNAP-3: the settings record states the sandbox, the network
+    and the snapshot settings; a resume that passes none of them runs with the recorded ones."""
+    from eventstore import SettingsPayload
+
+    root, ws, sid, _states = anyio.run(_record, tmp_path, SCRIPT, 1)
+    records = read_trace(root.trace_files(sid), report=False).records
+    [first] = [r.payload for r in records if isinstance(r.payload, SettingsPayload)]
+    assert first.sandbox == "workspace-write" and first.network is False
+    assert first.snapshots == {"max_file_bytes": 16 * 2**20, "max_snapshot_bytes": 512 * 2**20}
+
+    async def resumed() -> tuple[Any, Any]:
+        session = await resume_session(
+            root, sid, llm=ScriptedLLM({"responses": []}), environment=LocalEnvironment(ws)
+        )
+        async with session:
+            return session.sandbox, session.settings()
+
+    box, settings = anyio.run(resumed)
+    assert box is not None and box.mode == "workspace-write" and box.network is False
+    assert settings.snapshots == first.snapshots  # still on after the resume
+
+    async def off() -> Any:
+        async with await Session.create(
+            llm=ScriptedLLM({"responses": []}),
+            environment=LocalEnvironment(ws),
+            root=root,
+            workspace=ws,
+            sandbox="off",
+        ) as session:
+            return session.settings()
+
+    plain = anyio.run(off)
+    assert plain.sandbox == "off" and plain.network is True and plain.snapshots is False
