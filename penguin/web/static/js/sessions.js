@@ -74,7 +74,7 @@ function newSessionForm(error) {
   // server's config.toml) or {"url": ...}; empty: the configured servers.
   const mcp = h("textarea", {
     name: "mcp", rows: 2, spellcheck: "false",
-    placeholder: 'MCP servers (optional JSON; default: those of config.toml), e.g. {"fs": {}, "docs": {"url": "http://127.0.0.1:8000/mcp"}}',
+    placeholder: 'MCP servers (optional JSON; default: those of config.toml), e.g. {"fs": {}} or {"docs": {"url": "…/mcp"}} (a URL on this machine)',
   });
   return h("form", {
     class: "new-session",
