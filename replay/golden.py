@@ -53,7 +53,11 @@ How a session is re-run:
   is stopped at that cut, its files left as they stood, and resumed with ``resume_session``,
   whose closure records are compared (R-GOLD-3).  A disk that failed (``trace write failed``)
   cannot fail again at the same record: that run and those after it are not compared.
-- Settings.  Explicit options win; otherwise they are read from the trace.  ``max_turns``: the
+- Settings.  Explicit options win; otherwise each run is replayed with the last ``settings``
+  record in force before it (SPEC §23: a session object is created or resumed with its first
+  run's, and ``max_turns`` and the default thinking level follow each run's), so settings
+  changed between runs replay as recorded.  A trace without settings records (older ones, the
+  reference's) is read for what it shows instead.  ``max_turns``: the
   ``N`` of a recorded ``[reached max turns (N); stopping]`` notice, else 100.  Compaction: the
   mode of the first ``compaction_begin`` (``summarize`` when none); ``max_context_length`` = the
   smallest ``context`` of a ``context``-reason ``compaction_begin`` (a threshold that triggers at
@@ -400,6 +404,7 @@ class _Step:
     unreplayable: str | None = None
     accepting: bool = False
     goal: _Goal | None = None
+    settings: _Settings | None = None  # the run's (SPEC §23), given by _configure
 
 
 def _goal_round(record: OmniMessage) -> tuple[int, str, str] | None:
@@ -549,6 +554,19 @@ class _Settings:
     max_turns: int
     compaction: CompactionSettings | None
     retry: RetryPolicy
+    thinking_level: str | None = None
+
+    def options(self) -> dict[str, Any]:
+        """The keyword options of ``Session.create`` / ``resume_session`` they give."""
+        out: dict[str, Any] = {
+            "compaction": self.compaction,
+            "max_turns": self.max_turns,
+            "retry": self.retry,
+            "fsync": "never",
+        }
+        if self.thinking_level is not None:
+            out["thinking_level"] = self.thinking_level
+        return out
 
 
 @dataclass
@@ -570,12 +588,9 @@ class _Evidence:
     compaction_exhausted: int | None = None
     in_compaction: bool = False
     last_in_span: RequestEndPayload | None = None
-    settings: SettingsPayload | None = None
 
     def feed(self, p: object) -> None:
-        if isinstance(p, SettingsPayload):
-            self.settings = self.settings or p  # the first run's
-        elif isinstance(p, TextPayload):
+        if isinstance(p, TextPayload):
             if self.awaiting_prompt and p.role == "user":
                 self.prompt = p.text
                 self.awaiting_prompt = False
@@ -664,8 +679,16 @@ class _Evidence:
         )
 
 
+def _evidence(located: Sequence[Located]) -> _Evidence:
+    ev = _Evidence()
+    for loc in located:
+        ev.feed(loc.record.payload)
+    return ev
+
+
 def _infer(
-    located: list[Located],
+    ev: _Evidence,
+    record: SettingsPayload | None,
     *,
     max_turns: int | None,
     max_context_length: int | None,
@@ -673,11 +696,9 @@ def _infer(
     compaction_mode: Literal["summarize", "discard"] | None,
     retry: RetryPolicy | None,
 ) -> _Settings:
-    """The settings to replay with: the explicit ones, else what the trace shows."""
-    ev = _Evidence()
-    for loc in located:
-        ev.feed(loc.record.payload)
-    compaction = CompactionSettings(
+    """The settings to replay a run with: the explicit ones, else what its settings ``record``
+    states (the last one in force, SPEC §23), else what the trace ``ev`` shows."""
+    compaction: CompactionSettings | None = CompactionSettings(
         max_context_length=(
             max_context_length if max_context_length is not None else (ev.context_min or 0)
         ),
@@ -689,7 +710,7 @@ def _infer(
     )
     turns = max_turns if max_turns is not None else (ev.notice_turns or DEFAULT_MAX_TURNS)
     # SPEC §23: what a settings record states is read, not inferred (explicit options win).
-    recorded = recorded_options(ev.settings)
+    recorded = recorded_options(record)
     if "compaction" in recorded and (
         max_context_length is None and max_session_turns is None and compaction_mode is None
     ):
@@ -698,7 +719,39 @@ def _infer(
         turns = recorded["max_turns"]
     if retry is None and "retry" in recorded:
         retry = recorded["retry"]
-    return _Settings(max_turns=turns, compaction=compaction, retry=retry or ev.retry())
+    return _Settings(
+        max_turns=turns,
+        compaction=compaction,
+        retry=retry or ev.retry(),
+        thinking_level=recorded.get("thinking_level"),
+    )
+
+
+def _settings_in_force(trace: TraceSource) -> list[SettingsPayload | None]:
+    """For each record ``_recorded`` keeps, the last settings record written before it."""
+    out: list[SettingsPayload | None] = []
+    current: SettingsPayload | None = None
+    for loc in load_located(trace):
+        p = loc.record.payload
+        if isinstance(p, SettingsPayload):
+            current = p
+        elif not isinstance(p, WorkspaceSnapshotPayload):
+            out.append(current)
+    return out
+
+
+def _configure(
+    steps: list[_Step],
+    in_force: list[SettingsPayload | None],
+    ev: _Evidence,
+    explicit: Mapping[str, Any],
+) -> None:
+    """Give each step the settings of its run: the last settings record in force at its last
+    record (a run's record precedes its input, R-SET-2; the next run's comes after)."""
+    for i, step in enumerate(steps):
+        end = steps[i + 1].start if i + 1 < len(steps) else len(in_force)
+        record = in_force[max(step.start, end - 1)] if in_force else None
+        step.settings = _infer(ev, record, **explicit)
 
 
 # --------------------------------------------------------------------------- replay
@@ -758,7 +811,6 @@ async def areplay_trace(
     session that used subagents are replayed from their own traces, found beside the parent's
     (R-SUB-3); a divergence in a child names the child's file."""
     trace, near = parent_files(trace)
-    recorded_all = load_located(trace)
     located = _recorded(trace)
     children = _load_children(located, near)
     meta = next(
@@ -771,21 +823,20 @@ async def areplay_trace(
     )
     if meta is None:
         raise ValueError("the trace holds no session_meta record: nothing to replay")
-    settings = _infer(
-        recorded_all,
-        max_turns=max_turns,
-        max_context_length=max_context_length,
-        max_session_turns=max_session_turns,
-        compaction_mode=compaction_mode,
-        retry=retry,
-    )
+    explicit = {
+        "max_turns": max_turns,
+        "max_context_length": max_context_length,
+        "max_session_turns": max_session_turns,
+        "compaction_mode": compaction_mode,
+        "retry": retry,
+    }
     steps = _plan(located)
+    _configure(steps, _settings_in_force(trace), _evidence(located), explicit)
     replayable, stopped, stop = _replayable(steps, len(located))
     actual, replayed = await _rerun(
         located,
         meta,
         replayable,
-        settings,
         children=children,
         stall_timeout=stall_timeout,
         full=len(replayable) == len(steps),
@@ -894,6 +945,7 @@ class _Child:
     link: ChildLink
     recorded: list[Located]
     children: list[_Child]
+    settings: SettingsPayload | None  # the settings record its run states (SPEC §23)
 
 
 def _first_prompt(recorded: list[Located]) -> str | None:
@@ -909,11 +961,12 @@ def _load_children(located: list[Located], near: Path | None, depth: int = 0) ->
     that ran at once may have written their pointers in another order than their calls: each
     is paired with the first waiting call whose prompt it received."""
     links = child_links(located)
-    traces = [_recorded(find_child_trace(link.session_id, near)) for link in links]
+    files = [find_child_trace(link.session_id, near) for link in links]
+    traces = [_recorded(f) for f in files]
     calls = [(link.call_id, link.prompt) for link in links]
     taken: set[str] = set()
     out: list[_Child] = []
-    for link, recorded in zip(links, traces, strict=True):
+    for link, recorded, trace in zip(links, traces, files, strict=True):
         prompt = _first_prompt(recorded)
         call_id, call_prompt = next(
             ((c, pr) for c, pr in calls if c not in taken and pr == prompt),
@@ -921,7 +974,15 @@ def _load_children(located: list[Located], near: Path | None, depth: int = 0) ->
         )
         taken.add(call_id)
         nested = _load_children(recorded, near, depth + 1) if depth < _MAX_DEPTH else []
-        out.append(_Child(ChildLink(call_id, call_prompt, link.session_id), recorded, nested))
+        in_force = _settings_in_force(trace)
+        out.append(
+            _Child(
+                ChildLink(call_id, call_prompt, link.session_id),
+                recorded,
+                nested,
+                in_force[-1] if in_force else None,
+            )
+        )
     return out
 
 
@@ -964,7 +1025,8 @@ def _child_runners(
         meta = next(r.record.payload for r in recorded if r.record.type == "session_meta")
         assert isinstance(meta, SessionMetaPayload)
         s = _infer(
-            recorded,
+            _evidence(recorded),
+            child.settings,
             max_turns=None,
             max_context_length=None,
             max_session_turns=None,
@@ -985,6 +1047,7 @@ def _child_runners(
             compaction=s.compaction,
             max_turns=s.max_turns,
             retry=s.retry,
+            thinking_level=s.thinking_level,
             fsync="never",
             max_depth=_MAX_DEPTH,  # the recording's own depth limit let these run
         )
@@ -1244,7 +1307,6 @@ async def _rerun(
     located: list[Located],
     meta: SessionMetaPayload,
     replayable: list[_Step],
-    settings: _Settings,
     *,
     children: list[_Child],
     stall_timeout: float,
@@ -1264,12 +1326,6 @@ async def _rerun(
         # R-GOLD-7: the model is not paced against tools that run for real.
         replay_env = ReplayEnvironment([loc.record for loc in located])
     llm.strict = True
-    options: dict[str, Any] = {
-        "compaction": settings.compaction,
-        "max_turns": settings.max_turns,
-        "retry": settings.retry,
-        "fsync": "never",
-    }
     records = [loc.record for loc in located]
     with tempfile.TemporaryDirectory(prefix="penguin-replay-") as tmp:
         root = DataRoot(Path(tmp) / "home")
@@ -1322,6 +1378,9 @@ async def _rerun(
                     listed = _tools_from(located, segment[0].start)
                     if listed is not None:
                         replay_env.tools = listed
+                # Each session object runs with the settings its first run recorded (SPEC §23).
+                assert segment[0].settings is not None
+                options = segment[0].settings.options()
                 if session_id is None:
                     session = await Session.create(
                         llm=llm,
@@ -1344,6 +1403,7 @@ async def _rerun(
                 async with session:
                     session_id = session.id
                     for step in segment:
+                        _settle(session, step)
                         driver.signal = AbortSignal()
                         with anyio.CancelScope() as scope:
                             driver.scope = scope
@@ -1357,6 +1417,14 @@ async def _rerun(
         actual = _written(root, session_id)
         replayed = {recorded: _written(root, sid) for recorded, sid in started.items()}
     return actual, replayed
+
+
+def _settle(session: Session, step: _Step) -> None:
+    """A run's own settings within one session object: what a host can change between the
+    runs of a session (read per run: ``max_turns``, the default thinking level, SPEC §23)."""
+    if step.settings is not None and step.kind == "run":
+        session.options.max_turns = step.settings.max_turns
+        session.options.thinking_level = step.settings.thinking_level
 
 
 def _written(root: DataRoot, session_id: str | None) -> list[OmniMessage]:

@@ -954,3 +954,61 @@ def test_records_the_recording_lacks_do_not_shift_the_recorded_positions(tmp_pat
     assert driver.count == 0
     driver.on_record(b.request_begin(), tmp_path)
     assert driver.count == 1
+
+
+@pytest.mark.anyio
+async def test_settings_changed_between_runs_are_the_replays_settings(tmp_path: Path) -> None:
+    """SPEC §23 + R-GOLD-4/5: each run is replayed with the last settings record in force before
+    it, not the session's first.  Run 1 under max_turns 5, no compaction, 3 reconnects; the
+    session resumed with max_turns 1, a turns compaction and 1 reconnect: run 2 stops at its
+    turn limit and compacts, run 3 gives up after 1 retry."""
+    from engine import CompactionSettings, Session
+
+    home, ws = tmp_path / "home", tmp_path / "ws"
+    ws.mkdir()
+    tool = {"tool_call": {"name": "t", "arguments": {}, "result": {"output": "ok"}}}
+    fail = {"fail": {"status": "timeout", "message": "idle timeout"}}
+    tools = [{"name": "t", "description": "test tool"}]
+    first = ScriptedLLM({"tools": tools, "responses": [[tool], [{"text": "done"}]]})
+    session = await Session.create(
+        llm=first,
+        environment=ScriptedEnvironment.from_llm(first),
+        root=home,
+        workspace=ws,
+        max_turns=5,
+        compaction=None,
+        retry=RetryPolicy(max_reconnects=3, base_ms=1, cap_ms=2),
+    )
+    async with session:
+        await collect(session.run([b.user_text("one")], approve=allow_all))
+    second = ScriptedLLM(
+        {
+            "tools": tools,
+            "responses": [[tool], [{"text": "[summary]s[/summary]"}], [fail], [fail]],
+        }
+    )
+    resumed = await resume_session(
+        DataRoot(home),
+        session.id,
+        llm=second,
+        environment=ScriptedEnvironment.from_llm(second),
+        max_turns=1,
+        compaction=CompactionSettings(max_context_length=0, max_session_turns=1),
+        retry=RetryPolicy(max_reconnects=1, base_ms=1, cap_ms=1),
+    )
+    async with resumed:
+        await collect(resumed.run([b.user_text("two")], approve=allow_all))
+        await collect(resumed.run([b.user_text("three")], approve=allow_all))
+    paths = DataRoot(home).trace_files(session.id)
+    text = "".join(p.read_text() for p in paths)
+    assert text.count('"type":"settings"') >= 2
+    assert "[reached max turns (1); stopping]" in text
+    assert '"type":"compaction_begin"' in text and "failed after 1 retries" in text
+    result = await areplay_trace(paths)
+    assert str(result) == "match" and result.runs_total == 3, result
+    # The first settings record alone replays run 2 with 5 turns and no compaction.
+    (only_first,) = [s for s in read_trace(paths).records if payload_type(s) == "settings"][:1]
+    kept = [
+        r for r in read_trace(paths).records if payload_type(r) != "settings" or r is only_first
+    ]
+    assert not (await areplay_trace(kept)).matched
