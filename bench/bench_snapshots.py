@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from engine import SnapshotSettings, scan_workspace
+from engine import ScanCache, SnapshotSettings, scan_workspace
 from eventstore import DataRoot
 from eventstore.snapshots import SnapshotStore
 
@@ -63,7 +63,8 @@ def main() -> None:
         _git(ws, "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "init")
 
         t0 = time.perf_counter()
-        first = scan_workspace(ws, store, settings)
+        cache = ScanCache()  # as a session keeps it from one snapshot to the next
+        first = scan_workspace(ws, store, settings, cache=cache)
         last_id = store.put_manifest(first.manifest)
         cold = time.perf_counter() - t0
         base_size = _du(store.path)
@@ -76,7 +77,7 @@ def main() -> None:
             target.write_text(target.read_text() + f"y = {turn}\n")
             os.utime(target, ns=(_OLD_NS + turn + 1, _OLD_NS + turn + 1))
             t0 = time.perf_counter()
-            result = scan_workspace(ws, store, settings, previous)
+            result = scan_workspace(ws, store, settings, previous, cache=cache)
             last_id = store.put_manifest(result.manifest)
             elapsed = time.perf_counter() - t0
             previous = result.manifest

@@ -59,7 +59,7 @@ if TYPE_CHECKING:
         with_approval_mode,
     )
     from ._signal import AbortSignal
-    from ._snapshots import SnapshotSettings, scan_workspace
+    from ._snapshots import ScanCache, SnapshotSettings, scan_workspace
     from ._subagent import (
         RUN_SUBAGENT,
         SessionSubagentRunner,
@@ -88,7 +88,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("SANDBOX_MODES", "SandboxMode", "SandboxPolicy", "landlock_abi"), "._sandbox"),
     "RETRYABLE_STATUSES": "._retryable",  # not ._config: the validator needs no pydantic
     "GoalOptions": "._goal",
-    **dict.fromkeys(("SnapshotSettings", "scan_workspace"), "._snapshots"),
+    **dict.fromkeys(("ScanCache", "SnapshotSettings", "scan_workspace"), "._snapshots"),
     **dict.fromkeys(("LocalEnvironment", "ToolContext"), "._local"),
     **dict.fromkeys(("McpEnvironment", "McpServer"), "._mcp"),
     **dict.fromkeys(
@@ -172,6 +172,7 @@ __all__ = [
     "SandboxPolicy",
     "SandboxUnavailable",
     "Sandboxed",
+    "ScanCache",
     "SnapshotSettings",
     "SeedsToolCallIds",
     "Session",

@@ -17,7 +17,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -35,7 +35,7 @@ from eventstore.snapshots import (
     hash_bytes,
 )
 
-__all__ = ["SnapshotSettings", "Snapshots", "scan_workspace"]
+__all__ = ["ScanCache", "SnapshotSettings", "Snapshots", "scan_workspace"]
 
 _log = logging.getLogger("engine")
 
@@ -87,45 +87,133 @@ class _Ignore:
         return bool(self.spec.match_file(path))
 
 
-def _walk(workspace: Path, skip: frozenset[str]) -> Iterator[tuple[str, os.stat_result]]:
+class _Listing:
+    """One directory as the last scan listed it: the ``.gitignore`` in force and the names of
+    its regular files and subdirectories that no ignore rule drops."""
+
+    __slots__ = ("files", "ignore", "key", "subdirs")
+
+    def __init__(
+        self, key: tuple[object, ...], ignore: _Ignore | None, files: list[str], subdirs: list[str]
+    ) -> None:
+        self.key, self.ignore, self.files, self.subdirs = key, ignore, files, subdirs
+
+
+class ScanCache:
+    """What scans learned about directory listings (git's "untracked cache"): a directory whose
+    own modification time and ``.gitignore`` files on its way are unchanged since it was listed
+    has the same names, so the next scan ``lstat``s its files without listing it and matching
+    ignore rules again.  Entries of a directory changed within the last couple of seconds are
+    not trusted (an entry added in the same mtime tick would not move it).  Lives in memory
+    only: a new process lists everything once."""
+
+    def __init__(self) -> None:
+        self.dirs: dict[str, _Listing] = {}
+
+
+def _stamp(st: os.stat_result | None) -> tuple[int, int, int] | None:
+    return None if st is None else (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _lstat(path: str) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except OSError:
+        return None
+
+
+def _walk(
+    workspace: Path, skip: frozenset[str], cache: ScanCache | None = None
+) -> list[tuple[str, os.stat_result]]:
     """Every regular file under ``workspace`` not ignored by a ``.gitignore`` on its way, as
     (relative POSIX path, lstat), in a stable order; directories in ``skip`` (relative paths)
     are not entered."""
+    out: list[tuple[str, os.stat_result]] = []
     specs: list[tuple[str, _Ignore]] = []
+    now = time.time_ns()
+    cached = cache.dirs if cache is not None else {}
+    seen: dict[str, _Listing] = {}
+    lstat = os.lstat
+    isreg, isdir = stat.S_ISREG, stat.S_ISDIR
 
-    def visit(directory: Path, rel: str) -> Iterator[tuple[str, os.stat_result]]:
-        pushed = False
-        ignore = directory / ".gitignore"
+    def listing(path: str, rel: str, dst: os.stat_result, chain: tuple[object, ...]) -> _Listing:
+        old = cached.get(rel)
+        if old is not None and old.key[:3] == (dst.st_ino, dst.st_mtime_ns, chain):
+            gi = _stamp(_lstat(f"{path}/.gitignore")) if old.key[3] is not None else None
+            if gi == old.key[3]:
+                return old
         try:
-            lines = ignore.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
-            lines = []
-        if lines:
-            specs.append((rel, _Ignore(lines)))
-            pushed = True
-        try:
-            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+            with os.scandir(path) as it:
+                entries = sorted(it, key=lambda e: e.name)
         except OSError:
             entries = []
-        for entry in entries:
-            path = f"{rel}{entry.name}"
+        gi_stat = None
+        ignore = None
+        if any(e.name == ".gitignore" for e in entries):
+            gi_stat = _lstat(f"{path}/.gitignore")
             try:
-                st = entry.stat(follow_symlinks=False)
+                text = Path(path, ".gitignore").read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                text = ""
+            if text.strip():
+                ignore = _Ignore(text.splitlines())
+        rules = [*specs, (rel, ignore)] if ignore is not None else specs
+        files: list[str] = []
+        subdirs: list[str] = []
+        for entry in entries:
+            name = entry.name
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+                is_file = not is_dir and entry.is_file(follow_symlinks=False)
             except OSError:
                 continue
-            is_dir = stat.S_ISDIR(st.st_mode)
-            if is_dir and (entry.name == ".git" or path in skip):
+            if not (is_dir or is_file):
                 continue
-            if specs and _ignored(specs, path, is_dir):
+            child = f"{rel}{name}"
+            if is_dir and (name == ".git" or child in skip):
                 continue
-            if is_dir:
-                yield from visit(Path(entry.path), f"{path}/")
-            elif stat.S_ISREG(st.st_mode):
-                yield path, st
+            if rules and _ignored(rules, child, is_dir):
+                continue
+            (subdirs if is_dir else files).append(name)
+        key = (dst.st_ino, dst.st_mtime_ns, chain, _stamp(gi_stat))
+        racy = now - dst.st_mtime_ns <= _RACY_NS or (
+            gi_stat is not None and now - gi_stat.st_mtime_ns <= _RACY_NS
+        )
+        # A listing taken while the directory may still change in the same mtime tick is used
+        # once and never trusted again (a key no stat matches).
+        return _Listing(key if not racy else (None,), ignore, files, subdirs)
+
+    def visit(path: str, rel: str, dst: os.stat_result, chain: tuple[object, ...]) -> None:
+        found = listing(path, rel, dst, chain)
+        seen[rel] = found
+        pushed = found.ignore is not None
+        if pushed:
+            assert found.ignore is not None
+            specs.append((rel, found.ignore))
+            chain = (*chain, found.key[3] if len(found.key) > 3 else None)
+        for name in found.files:
+            try:
+                st = lstat(f"{path}/{name}")
+            except OSError:
+                continue
+            if isreg(st.st_mode):
+                out.append((f"{rel}{name}", st))
+        for name in found.subdirs:
+            try:
+                st = lstat(f"{path}/{name}")
+            except OSError:
+                continue
+            if isdir(st.st_mode):
+                visit(f"{path}/{name}", f"{rel}{name}/", st, chain)
         if pushed:
             specs.pop()
 
-    yield from visit(workspace, "")
+    root = _lstat(str(workspace))
+    if root is not None and isdir(root.st_mode):
+        visit(str(workspace), "", root, ())
+    if cache is not None:
+        cache.dirs = seen  # directories gone since are forgotten
+    return out
 
 
 def _ignored(specs: list[tuple[str, _Ignore]], path: str, is_dir: bool) -> bool:
@@ -151,24 +239,38 @@ def scan_workspace(
     previous: SnapshotManifest | None = None,
     *,
     exclude: Path | None = None,
+    cache: ScanCache | None = None,
 ) -> ScanResult:
-    """Scan ``workspace`` into ``store`` (``None``: hash only, store nothing).  Blocking: run it
-    in a worker thread."""
+    """Scan ``workspace`` into ``store`` (``None``: hash only, store nothing).  ``cache``, kept
+    from one scan to the next, spares listing directories that cannot have changed.  Blocking:
+    run it in a worker thread."""
     now = time.time_ns()
     files: dict[str, ManifestEntry] = {}
     skipped: list[str] = []
     old = previous.files if previous is not None else {}
     written = hashed = new_bytes = 0
-    for rel, st in _walk(workspace, _skipped(workspace, exclude)):
-        if st.st_size > settings.max_file_bytes:
+    old_get = old.get
+    max_file = settings.max_file_bytes
+    for rel, st in _walk(workspace, _skipped(workspace, exclude), cache):
+        size = st.st_size
+        if size > max_file:
             skipped.append(rel)
             continue
-        prior = old.get(rel)
-        mode = stat.S_IMODE(st.st_mode)
+        prior = old_get(rel)
+        mode = st.st_mode & 0o7777
+        # The hot path (most files, every turn): size, mtime and mode as recorded -> the entry
+        # is reused as it is.  A racy entry holds mtime 0, which no file's mtime equals.
+        if (
+            prior is not None
+            and prior.mtime_ns == st.st_mtime_ns
+            and prior.size == size
+            and prior.mode == mode
+        ):
+            files[rel] = prior
+            continue
         mtime = st.st_mtime_ns if now - st.st_mtime_ns > _RACY_NS else 0
-        if prior is not None and prior.size == st.st_size and prior.mtime_ns == st.st_mtime_ns:
-            same = prior.mode == mode and prior.mtime_ns == mtime
-            files[rel] = prior if same else ManifestEntry(prior.hash, st.st_size, mode, mtime)
+        if prior is not None and prior.size == size and prior.mtime_ns == st.st_mtime_ns:
+            files[rel] = ManifestEntry(prior.hash, size, mode, mtime)
             continue
         if new_bytes + st.st_size > settings.max_snapshot_bytes:
             skipped.append(rel)
@@ -217,6 +319,7 @@ class Snapshots:
         self.settings = settings
         self._last: SnapshotManifest | None = None
         self._last_id = last_id
+        self._cache = ScanCache()
         self.dirty = False  # a tool was started since the last snapshot
 
     @classmethod
@@ -246,7 +349,12 @@ class Snapshots:
 
     def _take(self) -> tuple[str, SnapshotManifest]:
         result = scan_workspace(
-            self.workspace, self.store, self.settings, self._previous(), exclude=self.exclude
+            self.workspace,
+            self.store,
+            self.settings,
+            self._previous(),
+            exclude=self.exclude,
+            cache=self._cache,
         )
         snapshot_id = self.store.put_manifest(result.manifest)
         self._last, self._last_id = result.manifest, snapshot_id

@@ -1,0 +1,130 @@
+"""The workspace scan behind snapshots (SPEC §27, R-SNAP-1): a scan that reuses directory
+listings it trusts (``ScanCache``) finds exactly what a fresh scan finds."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine import ScanCache, SnapshotSettings, scan_workspace
+
+_OLD_NS = 1_700_000_000 * 10**9
+
+
+class _Clock:
+    """Old, distinct modification times: every change "happened" long enough ago for the scan
+    to trust it, and no two changes share a tick (the one case no mtime-based scan can see)."""
+
+    def __init__(self) -> None:
+        self.tick = 0
+
+    def age(self, ws: Path) -> None:
+        for path in [ws, *ws.rglob("*")]:
+            st = path.lstat()
+            if st.st_mtime_ns > _OLD_NS + 10**15:  # touched since the last ageing
+                self.tick += 1
+                ns = _OLD_NS + self.tick * 10**9
+                os.utime(path, ns=(ns, ns), follow_symlinks=False)
+
+
+def _scan(ws: Path, cache: ScanCache | None = None) -> tuple[dict[str, str], list[str]]:
+    manifest = scan_workspace(ws, None, SnapshotSettings(max_file_bytes=64), cache=cache).manifest
+    return {p: e.hash for p, e in manifest.files.items()}, manifest.skipped
+
+
+NAMES = st.sampled_from(["a", "b", "c.log", "d.py"])
+DIRS = st.sampled_from(["", "x/", "x/y/", "z/"])
+OPS = st.one_of(
+    st.tuples(st.just("write"), DIRS, NAMES, st.binary(max_size=80)),
+    st.tuples(st.just("delete"), DIRS, NAMES, st.just(b"")),
+    st.tuples(st.just("rmdir"), DIRS, st.just(""), st.just(b"")),
+    st.tuples(
+        st.just("ignore"), DIRS, st.sampled_from(["*.log", "b", "y/", "!c.log", ""]), st.just(b"")
+    ),
+    st.tuples(st.just("link"), DIRS, NAMES, st.just(b"")),
+)
+
+
+def _apply(ws: Path, op: tuple[str, str, str, bytes]) -> None:
+    kind, directory, name, data = op
+    where = ws / directory
+    if kind == "rmdir":
+        if directory:
+            shutil.rmtree(where, ignore_errors=True)
+        return
+    where.mkdir(parents=True, exist_ok=True)
+    target = where / name
+    if kind == "write":
+        if target.is_symlink():
+            target.unlink()
+        target.write_bytes(data)
+    elif kind == "delete":
+        if target.is_symlink() or target.is_file():
+            target.unlink()
+    elif kind == "ignore":
+        (where / ".gitignore").write_text(f"{name}\n")
+    elif kind == "link" and not target.exists() and not target.is_symlink():
+        target.symlink_to("a")
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=st.lists(OPS, min_size=1, max_size=12))
+def test_r_snap_1_a_cached_scan_finds_what_a_fresh_scan_finds(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, str, str, bytes]]
+) -> None:
+    ws = tmp_path_factory.mktemp("ws")
+    clock, cache = _Clock(), ScanCache()
+    for op in ops:
+        _apply(ws, op)
+        clock.age(ws)
+        assert _scan(ws, cache) == _scan(ws), op
+
+
+def test_r_snap_1_a_trusted_listing_is_not_listed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = tmp_path / "ws"
+    for d in ("p", "q", "q/r"):
+        (ws / d).mkdir(parents=True)
+        (ws / d / "f.txt").write_text(d)
+    _Clock().age(ws)
+    cache = ScanCache()
+    first = _scan(ws, cache)
+    listed: list[str] = []
+    real = os.scandir
+
+    def counting(path: str) -> object:
+        listed.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", counting)
+    (ws / "q" / "f.txt").write_text("changed, same directory")
+    assert _scan(ws, cache)[0]["q/f.txt"] != first[0]["q/f.txt"]
+    assert listed == []  # a file's change does not touch its directory's listing
+    (ws / "q" / "new.txt").write_text("new")
+    assert "q/new.txt" in _scan(ws, cache)[0]  # just modified: listed again, not trusted
+    assert listed == [str(ws / "q")]
+
+
+def test_r_snap_1_an_ancestor_gitignore_change_reaches_cached_subdirectories(
+    tmp_path: Path,
+) -> None:
+    ws = tmp_path / "ws"
+    (ws / "a" / "b").mkdir(parents=True)
+    (ws / "a" / "b" / "out.log").write_text("log")
+    (ws / "a" / "b" / "keep.py").write_text("py")
+    (ws / ".gitignore").write_text("nothing\n")
+    clock = _Clock()
+    clock.age(ws)
+    cache = ScanCache()
+    assert sorted(_scan(ws, cache)[0]) == [".gitignore", "a/b/keep.py", "a/b/out.log"]
+    (ws / ".gitignore").write_text("*.log\n")  # the subdirectories' own mtimes do not move
+    clock.age(ws)
+    assert sorted(_scan(ws, cache)[0]) == [".gitignore", "a/b/keep.py"]
