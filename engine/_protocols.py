@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias, runtime_checkable
 
-from eventstore import OmniMessage, StopReason, ToolDefinition
+from eventstore import OmniMessage, StopReason
+from eventstore import ToolDefinition as ToolDefinition  # re-exported by ``engine``
 
 from ._signal import AbortSignal
 

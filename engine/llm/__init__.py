@@ -1,36 +1,14 @@
 """LLM adapters: the deterministic ``ScriptedLLM`` (with its ``ScriptedEnvironment``) and, beside
-it, the real providers."""
+it, the real providers.
+
+Names load on first use (PEP 562): the HTTP adapters import httpx, so commands which never talk
+to a provider (validate, inspect, the scripted demo) do not pay for it at start-up.  The public
+names are listed once, in ``__init__.pyi``.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import lazy_loader
 
-from ._scripted import DEFAULT_SCRIPT, Script, ScriptedEnvironment, ScriptedLLM, load_script
-
-if TYPE_CHECKING:
-    from ._anthropic import Anthropic
-    from ._openai import OpenAICompatible
-
-__all__ = [
-    "DEFAULT_SCRIPT",
-    "Anthropic",
-    "OpenAICompatible",
-    "Script",
-    "ScriptedEnvironment",
-    "ScriptedLLM",
-    "load_script",
-]
-
-
-def __getattr__(name: str) -> Any:
-    # The HTTP adapters import httpx; load them on first use so that commands which never talk
-    # to a provider (validate, inspect, the scripted demo) do not pay for it at startup.
-    if name == "OpenAICompatible":
-        from ._openai import OpenAICompatible
-
-        return OpenAICompatible
-    if name == "Anthropic":
-        from ._anthropic import Anthropic
-
-        return Anthropic
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The names live in ``__init__.pyi`` (one list); this derives ``__all__`` and the lazy look-up.
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

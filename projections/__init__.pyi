@@ -1,0 +1,49 @@
+"""The public names of ``projections``, listed once.
+
+Type checkers read this stub; at run time ``projections/__init__.py`` derives ``__all__`` and the
+lazy ``__getattr__`` (PEP 562) from the same lines (``lazy_loader.attach_stub``), so a name
+is exported by adding its import here and nowhere else.
+"""
+
+from . import (
+    markers as markers,
+)
+from ._context import (
+    CarryOver as CarryOver,
+    ModelContext as ModelContext,
+)
+from ._goal import (
+    GoalOutcome as GoalOutcome,
+    GoalState as GoalState,
+)
+from ._project import (
+    project as project,
+)
+from ._state import (
+    SessionSettings as SessionSettings,
+    SessionState as SessionState,
+    StateSummary as StateSummary,
+)
+from ._status import (
+    RunEnd as RunEnd,
+    SessionStatus as SessionStatus,
+    TaskActivity as TaskActivity,
+    session_status as session_status,
+)
+from ._summary import (
+    FileFold as FileFold,
+    FileSummary as FileSummary,
+    GoalEffect as GoalEffect,
+    GoalSummary as GoalSummary,
+    UsageSummary as UsageSummary,
+    summarize_file as summarize_file,
+    usage_summary as usage_summary,
+)
+from ._usage import (
+    ErrorRow as ErrorRow,
+    Usage as Usage,
+    UsageRow as UsageRow,
+)
+from .markers import (
+    DEFAULT_COMPACTION_PROMPT as DEFAULT_COMPACTION_PROMPT,
+)
