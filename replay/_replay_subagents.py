@@ -4,7 +4,9 @@ Owns: choosing the parent session among the sessions of a directory, linking eac
 ``run_subagent`` call to the child session its ``subagent`` pointer names, finding each child's
 trace beside the parent's, the environment that re-runs a child as its own session (through
 ``SessionSubagentRunner``, so the parent writes its pointer exactly as live) before answering the
-call with its recorded output, and the placeholders that hide child ids in pointers.  Does not:
+call with its recorded output, the live tools of a parent and its children (R-GOLD-7: the
+children's calls run for real in the same workspace), and the placeholders that hide child ids
+in pointers.  Does not:
 infer a child's settings or compare traces (``golden`` does both, for parent and child alike).
 """
 
@@ -18,7 +20,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, cast
 
-from engine import RUN_SUBAGENT, AbortSignal, ApproveFn, SessionSubagentRunner, ToolDefinition
+from engine import (
+    RUN_SUBAGENT,
+    AbortSignal,
+    ApproveFn,
+    LocalEnvironment,
+    SessionSubagentRunner,
+    SubagentOutcome,
+    ToolDefinition,
+    ToolError,
+    builtin_tools,
+)
 from eventstore import (
     OmniMessage,
     SessionMetaPayload,
@@ -32,10 +44,12 @@ from ._replay_llm import Located, ReplayEnvironment, TraceSource, _session_of, l
 
 __all__ = [
     "ChildLink",
+    "LiveChildren",
     "SubagentReplayEnvironment",
     "child_links",
     "child_placeholders",
     "find_child_trace",
+    "live_environment",
     "parent_files",
 ]
 
@@ -177,3 +191,34 @@ class SubagentReplayEnvironment:
         async with aclosing(recorded) as out:
             async for msg in out:
                 yield msg
+
+
+class LiveChildren:
+    """The ``SubagentRunner`` of a live-tools replay (R-GOLD-7): each ``run_subagent`` call is
+    served by the recorded child that received its prompt (the first one still waiting, as
+    children are paired with calls), re-run with its own recorded answers and approvals; its
+    tools run for real, in the same workspace as the parent's."""
+
+    def __init__(self, children: Sequence[tuple[str, SessionSubagentRunner, ApproveFn]]) -> None:
+        self._waiting = list(children)
+
+    def run(
+        self, prompt: str, *, signal: AbortSignal, approve: ApproveFn | None
+    ) -> AsyncIterator[OmniMessage | SubagentOutcome]:
+        # ``approve`` is the parent's: the child's calls get the child's recorded decisions.
+        for n, (recorded, runner, child_approve) in enumerate(self._waiting):
+            if recorded == prompt:
+                del self._waiting[n]
+                return runner.run(prompt, signal=signal, approve=child_approve)
+        raise ToolError(f"the recording holds no subagent that received this prompt: {prompt!r}")
+
+
+def live_environment(
+    workspace: Path, listed: Sequence[ToolDefinition] | None, children: LiveChildren
+) -> LocalEnvironment:
+    """The built-in tools a recorded session listed (all of them when it listed none), over
+    ``workspace``, with ``run_subagent`` served by ``children`` when it was listed."""
+    names = None if listed is None else {t.name for t in listed}
+    tools = [t for t in builtin_tools() if names is None or t.name in names]
+    subagents = children if names is None or RUN_SUBAGENT in names else None
+    return LocalEnvironment(workspace, tools=tools, subagents=subagents)

@@ -105,7 +105,6 @@ from engine import (
     CompactionSettings,
     Environment,
     GoalOptions,
-    LocalEnvironment,
     RetryPolicy,
     Session,
     SessionSubagentRunner,
@@ -142,10 +141,12 @@ from ._diff import diff_traces
 from ._replay_llm import Located, ReplayEnvironment, ReplayLLM, TraceSource, load_located
 from ._replay_subagents import (
     ChildLink,
+    LiveChildren,
     SubagentReplayEnvironment,
     child_links,
     child_placeholders,
     find_child_trace,
+    live_environment,
     parent_files,
     pointer_ids,
 )
@@ -847,8 +848,8 @@ async def areplay_trace(
         divergence = _structural_divergence(located[:stop], actual)
     elif divergence is not None:
         divergence = _with_structure(divergence, [loc.record for loc in located[:stop]], actual)
-    else:
-        divergence = _child_divergence(_flatten(children), replayed)
+    if divergence is None:
+        divergence = _child_divergence(_flatten(children), replayed, live=live_tools is not None)
     return ReplayResult(
         matched=divergence is None,
         runs_compared=sum(1 for s in replayable if s.kind == "run"),
@@ -922,14 +923,22 @@ def _replayable(steps: list[_Step], records: int) -> tuple[list[_Step], str | No
 
 
 def _child_divergence(
-    children: list[tuple[ChildLink, list[Located]]], replayed: dict[str, list[OmniMessage]]
+    children: list[tuple[ChildLink, list[Located]]],
+    replayed: dict[str, list[OmniMessage]],
+    *,
+    live: bool = False,
 ) -> Divergence | None:
-    """The first divergence of a replayed child from its recorded trace, named by the child."""
+    """The first divergence of a replayed child from its recorded trace, named by the child
+    (by run, turn and call when its tools ran for real, R-GOLD-7)."""
     for link, recorded in children:
         actual = replayed.get(link.session_id, [])
-        _, _, divergence = _compare(recorded, len(recorded), actual)
-        if divergence is not None:
+        if live:
+            divergence = _structural_divergence(recorded, actual)
+        else:
+            _, _, divergence = _compare(recorded, len(recorded), actual)
+        if divergence is not None and not live:
             divergence = _with_structure(divergence, [loc.record for loc in recorded], actual)
+        if divergence is not None:
             reason = f"in subagent {link.session_id}: {divergence.reason}"
             return dataclasses.replace(divergence, reason=reason)
     return None
@@ -1002,15 +1011,21 @@ def _child_runners(
     stall_timeout: float,
     started: dict[str, str],
     every: list[SessionSubagentRunner],
+    live: bool = False,
 ) -> dict[str, tuple[ChildLink, SessionSubagentRunner, Any]]:
     """One runner per recorded child, replaying it as its own session with its own recorded
     answers, settings and children; ``started`` maps each recorded child id to its replayed
-    id, ``every`` collects the runners of all depths (to be opened around the parent)."""
+    id, ``every`` collects the runners of all depths (to be opened around the parent).
+    ``live``: the children's tools run for real in ``workspace`` (R-GOLD-7)."""
     out: dict[str, tuple[ChildLink, SessionSubagentRunner, Any]] = {}
     for child in children:
         link, recorded = child.link, child.recorded
         child_llm = ReplayLLM([loc.record for loc in recorded], mode="all")
-        replay_env = ReplayEnvironment.from_llm(child_llm, stall_timeout=stall_timeout)
+        replay_env = (
+            ReplayEnvironment([loc.record for loc in recorded])  # its approvals only
+            if live
+            else ReplayEnvironment.from_llm(child_llm, stall_timeout=stall_timeout)
+        )
         nested = _child_runners(
             child.children,
             root,
@@ -1018,10 +1033,14 @@ def _child_runners(
             stall_timeout=stall_timeout,
             started=started,
             every=every,
+            live=live,
         )
-        child_env: Environment = (
-            SubagentReplayEnvironment(replay_env, nested) if nested else replay_env
-        )
+        child_env: Environment
+        if live:
+            served = LiveChildren([(lk.prompt, r, a) for lk, r, a in nested.values()])
+            child_env = live_environment(workspace, _tools_from(recorded, 0), served)
+        else:
+            child_env = SubagentReplayEnvironment(replay_env, nested) if nested else replay_env
         meta = next(r.record.payload for r in recorded if r.record.type == "session_meta")
         assert isinstance(meta, SessionMetaPayload)
         s = _infer(
@@ -1346,8 +1365,17 @@ async def _rerun(
             env = SubagentReplayEnvironment(replay_env, runners) if runners else replay_env
         else:
             shutil.copytree(live_tools, workspace, symlinks=True)
-            runners = {}
-            env = LocalEnvironment(workspace)
+            runners = _child_runners(
+                children,
+                root,
+                workspace,
+                stall_timeout=stall_timeout,
+                started=started,
+                every=every,
+                live=True,
+            )
+            served = LiveChildren([(lk.prompt, r, a) for lk, r, a in runners.values()])
+            env = live_environment(workspace, _tools_from(located, 0), served)
         approve = replay_env.approve
         session_id: str | None = None
         segments: list[list[_Step]] = []

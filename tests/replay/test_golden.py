@@ -1012,3 +1012,80 @@ async def test_settings_changed_between_runs_are_the_replays_settings(tmp_path: 
         r for r in read_trace(paths).records if payload_type(r) != "settings" or r is only_first
     ]
     assert not (await areplay_trace(kept)).matched
+
+
+@pytest.mark.anyio
+async def test_live_tools_run_the_subagents_tools_too(tmp_path: Path) -> None:
+    """R-GOLD-7 with subagents (R-SUB-3): a child and its own child are re-run from their
+    recorded answers, their tools for real in the same scratch workspace as the parent's (the
+    parent reads what the child wrote); a grandchild's tool output that differs is the
+    divergence, at the grandchild's recorded line."""
+    from engine import LocalEnvironment, Session, SessionSubagentRunner
+
+    home, ws = tmp_path / "home", tmp_path / "ws"
+    ws.mkdir()
+    (ws / "notes.txt").write_text("ship on friday\n")
+
+    def call(name: str, **args: str) -> dict[str, object]:
+        return {"tool_call": {"name": name, "arguments": args}}
+
+    made = [
+        ScriptedLLM(
+            {
+                "responses": [
+                    [call("write_file", path="out.txt", content="from the child")],
+                    [call("run_subagent", prompt="Read notes.txt")],
+                    [{"text": "Wrote out.txt; the notes say friday."}],
+                ]
+            }
+        ),
+        ScriptedLLM({"responses": [[call("read_file", path="notes.txt")], [{"text": "Friday."}]]}),
+    ]
+    pending = list(made)
+    runner = SessionSubagentRunner(
+        lambda: pending.pop(0), root=home, workspace=ws, max_depth=2, sandbox="workspace-write"
+    )
+    parent = ScriptedLLM(
+        {
+            "responses": [
+                [call("run_subagent", prompt="Write out.txt, then ask for the notes")],
+                [call("read_file", path="out.txt")],
+                [{"text": "Done: friday."}],
+            ]
+        }
+    )
+    session = await Session.create(
+        llm=parent,
+        environment=LocalEnvironment(ws, subagents=runner),
+        root=home,
+        workspace=ws,
+    )
+    async with runner, session:
+        await collect(session.run([b.user_text("Prepare the release")], approve=allow_all))
+    assert not pending
+    (ws / "out.txt").unlink()
+    base = tmp_path / "golden"
+    for f in home.rglob("*.jsonl"):
+        (base / f.parent.name).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(f, base / f.parent.name / f.name)
+    traces = files(base)
+    assert len(traces) == 3
+    text = "".join(p.read_text() for p in traces)
+    assert '"output":"from the child"' in text and "ship on friday" in text
+    same = await areplay_trace(base, live_tools=ws)
+    assert same.matched and same.complete, same
+    assert not (ws / "out.txt").exists()  # the child wrote into the scratch copy only
+    (ws / "notes.txt").write_text("ship on monday\n")
+    changed = await areplay_trace(base, live_tools=ws)
+    d = changed.divergence
+    assert d is not None, changed
+    (grandchild,) = [
+        p
+        for p in traces
+        if b'"name":"read_file"' in p.read_bytes()
+        and b"notes.txt" in p.read_bytes()
+        and b"run_subagent" not in p.read_bytes()
+    ]
+    assert d.file == grandchild and d.reason.startswith("in subagent "), d
+    assert "monday" in (d.actual or ""), d
+    assert d.line == line_of(grandchild, '"output":"ship on friday')
