@@ -1322,6 +1322,29 @@ class _Driver:
         self.snapshot = None
 
 
+def _segments(
+    located: list[Located], steps: list[_Step], *, full: bool
+) -> tuple[list[list[_Step]], list[int | None]]:
+    """The steps grouped by session object (a new one where the recording resumed), and where
+    each ends in a crash: the recorded position of its cut, when the recording stopped inside
+    a run there (R-GOLD-3).  ``full``: ``steps`` are all the recording holds (a crash at its
+    end is then reproduced too)."""
+    records = [loc.record for loc in located]
+    segments: list[list[_Step]] = []
+    for step in steps:
+        if step.resume_before or not segments:
+            segments.append([])
+        segments[-1].append(step)
+    cuts: list[int | None] = []
+    for i, segment in enumerate(segments):
+        end = _cut_before(located, segments[i + 1][0].start) if i + 1 < len(segments) else None
+        if end is None and full:
+            end = len(located)
+        crash = end is not None and _crashed(records[:end], segment[-1])
+        cuts.append(end if crash else None)
+    return segments, cuts
+
+
 async def _rerun(
     located: list[Located],
     meta: SessionMetaPayload,
@@ -1354,44 +1377,25 @@ async def _rerun(
         env: Environment
         if live_tools is None:
             workspace.mkdir()
-            runners = _child_runners(
-                children,
-                root,
-                workspace,
-                stall_timeout=stall_timeout,
-                started=started,
-                every=every,
-            )
-            env = SubagentReplayEnvironment(replay_env, runners) if runners else replay_env
         else:
             shutil.copytree(live_tools, workspace, symlinks=True)
-            runners = _child_runners(
-                children,
-                root,
-                workspace,
-                stall_timeout=stall_timeout,
-                started=started,
-                every=every,
-                live=True,
-            )
+        runners = _child_runners(
+            children,
+            root,
+            workspace,
+            stall_timeout=stall_timeout,
+            started=started,
+            every=every,
+            live=live_tools is not None,
+        )
+        if live_tools is None:
+            env = SubagentReplayEnvironment(replay_env, runners) if runners else replay_env
+        else:
             served = LiveChildren([(lk.prompt, r, a) for lk, r, a in runners.values()])
             env = live_environment(workspace, _tools_from(located, 0), served)
         approve = replay_env.approve
         session_id: str | None = None
-        segments: list[list[_Step]] = []
-        for step in replayable:
-            if step.resume_before or not segments:
-                segments.append([])
-            segments[-1].append(step)
-        # Each segment ends where the next one's session was resumed: a crash there when the
-        # recording stopped inside a run (R-GOLD-3).
-        cuts: list[int | None] = []
-        for i, segment in enumerate(segments):
-            end = _cut_before(located, segments[i + 1][0].start) if i + 1 < len(segments) else None
-            if end is None and full:
-                end = len(located)
-            crash = end is not None and _crashed(records[:end], segment[-1])
-            cuts.append(end if crash else None)
+        segments, cuts = _segments(located, replayable, full=full)
         recorded_types = {payload_type(r) for r in records}
         uncounted = frozenset(t for t in _OPTIONAL_RECORDS if t not in recorded_types)
         driver = _Driver(timing, root, uncounted=uncounted)
