@@ -83,6 +83,9 @@ class McpServer:
     connect_timeout_ms: int | None = None
     approval: ApprovalRule | None = None
     tools: Mapping[str, ApprovalRule] | None = None
+    # Why this server is not started (a resumed session's server that its host no longer
+    # offers): its recorded tools are listed and fail with this reason (R-MCP-4).
+    unavailable: str | None = None
 
     def __post_init__(self) -> None:
         if (self.command is None) == (self.url is None):
@@ -128,8 +131,9 @@ class McpServer:
         return out
 
     @classmethod
-    def from_record(cls, value: Mapping[str, Any]) -> McpServer:
-        """A server rebuilt from its settings record (no secrets: those come from config)."""
+    def from_record(cls, value: Mapping[str, Any], *, unavailable: str | None = None) -> McpServer:
+        """A server rebuilt from its settings record (no secrets: those come from config);
+        with ``unavailable``, one that is never started (its tools fail with that reason)."""
         timeout = value.get("timeout_ms")
         connect = value.get("connect_timeout_ms")
         return cls(
@@ -137,6 +141,7 @@ class McpServer:
             url=value.get("url"),
             timeout_ms=timeout if isinstance(timeout, int) else None,
             connect_timeout_ms=connect if isinstance(connect, int) else None,
+            unavailable=unavailable,
         )
 
     def describe(self) -> str:
@@ -260,6 +265,9 @@ class _Connection:
         async with self.lock:
             if self.client is not None:
                 return self.client
+            if self.server.unavailable is not None:
+                self.error = self.server.unavailable
+                raise ToolError(f'MCP server "{self.name}" is not available: {self.error}')
             tg = self.owner.task_group()
             limit_ms = self.server.connect_timeout_ms or self.owner.connect_timeout_ms
             try:

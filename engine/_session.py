@@ -160,7 +160,7 @@ class Session:
             llm, data_root, ws, system_prompt, project, agent, source=source, fsync=fsync
         )
         options = SessionOptions(max_turns, compaction, retry, thinking_level, llm)
-        options.extra.update(feature_settings(_policy(environment), snapshots))
+        options.extra.update(feature_settings(_policy(environment), snapshots, _tools(environment)))
         session = cls(
             llm=llm,
             environment=environment,
@@ -219,7 +219,7 @@ class Session:
             state=state,
         )
         options = SessionOptions(max_turns, compaction, retry, thinking_level, llm)
-        options.extra.update(feature_settings(_policy(environment), snapshots))
+        options.extra.update(feature_settings(_policy(environment), snapshots, _tools(environment)))
         session = cls(
             llm=llm,
             environment=environment,
@@ -625,6 +625,10 @@ def _new_recorder(
     )
     path = root.trace_path(session_id, 1, project=project, agent=agent, date=date_dir)
     return Recorder(session_id=session_id, meta=meta, trace_path=path, fsync=fsync)
+
+
+def _tools(environment: object) -> SessionTools | None:
+    return environment if isinstance(environment, SessionTools) else None
 
 
 def _policy(environment: object) -> SandboxPolicy | None:

@@ -22,6 +22,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from eventstore import SettingsPayload
 
 from ._config import CompactionSettings, RetryPolicy
+from ._mcp import McpServer, SessionTools
 from ._protocols import ApproveFn, allow_all, deny_all, llm_identity
 from ._sandbox import SandboxPolicy
 from ._snapshots import SnapshotSettings
@@ -35,6 +36,7 @@ __all__ = [
     "recorded_approval",
     "recorded_model",
     "recorded_options",
+    "recorded_servers",
     "settings_payload",
     "with_approval_mode",
 ]
@@ -179,7 +181,26 @@ def recorded_options(settings: SettingsPayload | None) -> dict[str, Any]:
         options["snapshots"] = None
     elif isinstance(settings.snapshots, dict):
         options["snapshots"] = SnapshotSettings(**_known_fields(settings.snapshots))
+    if settings.mcp:
+        options["mcp"] = recorded_servers(settings.mcp)
+    if settings.approval_rules:
+        options["approval_rules"] = dict(settings.approval_rules)
     return options
+
+
+def recorded_servers(recorded: Mapping[str, Any]) -> dict[str, McpServer]:
+    """The MCP servers a settings record names, rebuilt from what it keeps (the command or the
+    URL; no env or header values, R-SET-4 — a host adds them from its configuration).  An entry
+    this version cannot use is left out."""
+    servers: dict[str, McpServer] = {}
+    for name, record in recorded.items():
+        if not isinstance(record, Mapping):
+            continue
+        try:
+            servers[name] = McpServer.from_record(record)
+        except (TypeError, ValueError):
+            continue
+    return servers
 
 
 def _known_fields(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -188,10 +209,17 @@ def _known_fields(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def feature_settings(
-    sandbox: SandboxPolicy | None, snapshots: SnapshotSettings | None
+    sandbox: SandboxPolicy | None,
+    snapshots: SnapshotSettings | None,
+    tools: SessionTools | None = None,
 ) -> dict[str, Any]:
-    """The settings record's keys of the sandbox and the snapshots in force (R-SET-1)."""
+    """The settings record's keys of the sandbox, the snapshots, the MCP servers and the
+    approval rules in force (R-SET-1); a server's env and header values are never among them
+    (R-SET-4)."""
     out: dict[str, Any] = {}
+    if tools is not None:
+        out["mcp"] = {name: server.record() for name, server in tools.servers.items()} or None
+        out["approval_rules"] = dict(tools.rules) or None
     if sandbox is not None:
         out["sandbox"], out["network"] = sandbox.mode, sandbox.network
     if snapshots is None or not snapshots.enabled:

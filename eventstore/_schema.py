@@ -341,6 +341,9 @@ class SettingsPayload(_Payload, tag="settings", kw_only=True, frozen=True):
     network: bool | None = None
     # Workspace snapshots (SPEC §27): {max_file_bytes, max_snapshot_bytes}; ``False``: off.
     snapshots: dict[str, Any] | bool | None = None
+    # MCP servers (SPEC §26) by name: {transport, command | url, timeout_ms?, connect_timeout_ms?}
+    # — the command or the URL without userinfo and query, never env or header values.
+    mcp: dict[str, Any] | None = None
 
 
 # --------------------------------------------------------------------------- session_meta, unknown

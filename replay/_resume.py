@@ -260,9 +260,14 @@ async def resume_session(
         raise
     if isinstance(llm, SeedsToolCallIds):
         llm.seed_tool_call_ids(call_ids)  # R-RUN-20: before the resumed session's first request
-    if options.get("mcp"):
+    # R-SET-3: the recorded settings (MCP servers included, R-MCP-4), overridden by the options.
+    chosen = {
+        **recorded_options(state.settings),
+        **{k: v for k, v in options.items() if k != "fsync"},
+    }
+    if chosen.get("mcp"):
         # R-MCP-4: an MCP server that cannot be reached keeps the tools it was recorded with.
-        options["recorded_tools"] = _recorded_tools(latest)
+        chosen["recorded_tools"] = _recorded_tools(latest)
     try:
         session = Session.resume(
             llm=llm,
@@ -276,10 +281,7 @@ async def resume_session(
             context=ctx,
             state=state,
             fsync=fsync,
-            **{
-                **recorded_options(state.settings),
-                **{k: v for k, v in options.items() if k != "fsync"},
-            },
+            **chosen,
         )
     except BaseException:  # e.g. SandboxUnavailable (R-BOX-2): the lock is not kept
         writer.close()

@@ -12,6 +12,7 @@ SUITE_SECRETS: tuple[str, ...] = (
     "sk-test-7Hq2Zp9Lw4Xy",  # tests/engine/test_provider_openai.py
     "sk-restart-Qm83Zt5Lp0",  # tests/penguin/server/test_settings_restart.py
     "sk-settings-Zx81Qw",  # tests/replay/test_settings_records.py
+    "mcp-env-Zr71QxV4",  # tests/mcp/test_mcp_resume.py
     "test-token-0123456789",  # tests/support/serverkit.py
     "web-test-token-0123456789",  # tests/support/webkit.py
 )
