@@ -168,8 +168,10 @@ def resolve_servers(
     explicit: Mapping[str, McpServer] | None = None,
 ) -> dict[str, McpServer]:
     """The servers of a resumed session (R-MCP-4): each recorded one by name — the explicit
-    definition, else the configured one (it has the secrets), else the recorded command or URL
-    itself — plus any explicit server that is new."""
+    definition, else the configured one (it has the secrets) — plus any explicit server that is
+    new.  A recorded server that neither names is gone: it is kept, never started, and its
+    recorded tools fail (a host never runs a command or reaches a URL only a trace names — a
+    trace may come from elsewhere, ``penguin import``)."""
     from engine import McpServer
 
     chosen: dict[str, McpServer] = {}
@@ -178,11 +180,14 @@ def resolve_servers(
             chosen[name] = explicit[name]
         elif name in configured:
             chosen[name] = configured[name]
-        else:
+        elif isinstance(record, Mapping):
             try:
-                chosen[name] = McpServer.from_record(record)
+                chosen[name] = McpServer.from_record(
+                    record,
+                    unavailable=f"not configured here (add [mcp.servers.{name}] to config.toml)",
+                )
             except (TypeError, ValueError):
-                continue  # a record this version cannot use: its tools fail, as a gone server's
+                continue  # a record this version cannot use
     for name, server in (explicit or {}).items():
         chosen.setdefault(name, server)
     return chosen

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from engine import (
     DEFAULT_MAX_TURNS,
@@ -32,6 +32,9 @@ from engine import (
     recorded_options,
 )
 from eventstore import DataRoot, FsyncPolicy, SettingsPayload
+
+if TYPE_CHECKING:
+    from engine import McpServer
 
 __all__ = [
     "Overrides",
@@ -55,6 +58,10 @@ class Overrides:
     retry: RetryPolicy | None = None
     thinking_level: str | None = None
     workspace: Path | None = None
+    # MCP servers given for this session (an HTTP body's, with their secrets): on a resumed
+    # session each replaces the recorded server of its name.
+    mcp: Mapping[str, McpServer] | None = None
+    approval_rules: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +77,9 @@ class Resolved:
     model: tuple[str, str, str | None] | None
     restored: SettingsPayload | None = None
     overridden: tuple[str, ...] = field(default=())
+    # The MCP servers (with their secrets, from the configuration) and the approval rules.
+    mcp: Mapping[str, McpServer] | None = None
+    approval_rules: Mapping[str, str] | None = None
 
     def session_options(self) -> dict[str, Any]:
         """``Session.create`` / ``resume_session`` keyword options."""
@@ -78,6 +88,8 @@ class Resolved:
             "compaction": self.compaction,
             "retry": self.retry,
             "thinking_level": self.thinking_level,
+            "mcp": dict(self.mcp or {}) or None,
+            "approval_rules": dict(self.approval_rules or {}) or None,
         }
 
 
@@ -88,8 +100,16 @@ def resolve(
     default_approval: str,
     default_retry: RetryPolicy | None = None,
     default_compaction: CompactionSettings | None = Session.DEFAULT_COMPACTION,
+    configured_mcp: Mapping[str, McpServer] | None = None,
+    default_approval_rules: Mapping[str, str] | None = None,
 ) -> Resolved:
-    """R-SET-3: each setting from the override, else the record, else the host's default."""
+    """R-SET-3: each setting from the override, else the record, else the host's default.
+
+    MCP servers (R-MCP-4): a session with a settings record uses the servers it names — each
+    the explicit one of that name, else ``configured_mcp``'s (which holds the env and header
+    values a record never does), else the recorded command or URL itself; a session without
+    one (new, or a reference trace) the configured servers.  Approval rules likewise: the
+    explicit ones, else the recorded ones, else ``default_approval_rules``."""
     rec = recorded_options(recorded)
     overridden: list[str] = []
 
@@ -118,6 +138,13 @@ def resolve(
         if changed != compaction:
             overridden.append("compaction")
         compaction = changed
+    servers, rules = _tools(recorded, overrides, configured_mcp, default_approval_rules)
+    if (
+        overrides.approval_rules is not None
+        and recorded is not None
+        and dict(overrides.approval_rules) != (recorded.approval_rules or {})
+    ):
+        overridden.append("approval_rules")
     return Resolved(
         approval=approval,
         max_turns=pick("max_turns", overrides.max_turns, DEFAULT_MAX_TURNS),
@@ -127,7 +154,33 @@ def resolve(
         model=recorded_model(recorded),
         restored=recorded,
         overridden=tuple(overridden),
+        mcp=servers,
+        approval_rules=rules,
     )
+
+
+def _tools(
+    recorded: SettingsPayload | None,
+    overrides: Overrides,
+    configured: Mapping[str, McpServer] | None,
+    default_rules: Mapping[str, str] | None,
+) -> tuple[dict[str, McpServer], dict[str, str]]:
+    """The MCP servers and approval rules of ``resolve`` (R-SET-3, R-MCP-4)."""
+    from penguin._mcp_config import resolve_servers
+
+    if recorded is None:
+        servers = dict(overrides.mcp if overrides.mcp is not None else configured or {})
+    else:
+        servers = resolve_servers(
+            recorded.mcp or {}, configured=configured or {}, explicit=overrides.mcp
+        )
+    if overrides.approval_rules is not None:
+        rules = dict(overrides.approval_rules)
+    elif recorded is not None:
+        rules = dict(recorded.approval_rules or {})
+    else:
+        rules = dict(default_rules or {})
+    return servers, rules
 
 
 async def open_session(

@@ -272,8 +272,16 @@ class SessionHost:
             max_turns=max_turns,
             compaction=None if compaction is None else compaction.model_dump(),
             compaction_off=compaction is None,
+            mcp=mcp,
+            approval_rules=approval_rules,
         )
-        resolved = resolve(None, overrides, default_approval=approval, default_retry=self._retry)
+        resolved = resolve(
+            None,
+            overrides,
+            default_approval=approval,
+            default_retry=self._retry,
+            configured_mcp=self.mcp_servers,
+        )
         try:
             session = await open_session(
                 self.root,
@@ -287,7 +295,6 @@ class SessionHost:
                 fsync=self._fsync,
                 sandbox=sandbox,
                 network=network,
-                **_tool_options(self.mcp_servers if mcp is None else mcp, approval_rules),
                 snapshots=self._snapshots,
             )
         except SandboxUnavailable as exc:  # R-BOX-2: the session does not start
@@ -300,7 +307,6 @@ class SessionHost:
         h = self._new_hosted(session.id, project, agent, (0, 0))
         h.approval, h.overrides, h.model = approval, overrides, model
         h.sandbox = None if session.sandbox is None else session.sandbox.settings()
-        h.tools = _tool_options(self.mcp_servers if mcp is None else mcp, approval_rules)
         await self._hold(h, session, llm)
         self._on_created(h.id, "server")
         return h
@@ -317,7 +323,7 @@ class SessionHost:
                 return h.session
             files = self.root.trace_files(h.id, project=h.project, agent=h.agent)
             workspace = await anyio.to_thread.run_sync(_recorded_workspace, files)
-            resolved = await _recorded(self.root, h, self.approval, self._retry)
+            resolved = await _recorded(self.root, h, self)
             llm = _make_llm(self._llm_factory, h.model, resolved.model)
             try:
                 session = await open_session(
@@ -331,7 +337,6 @@ class SessionHost:
                     agent=h.agent,
                     fsync=self._fsync,
                     **({} if h.sandbox is None else _box_options(h.sandbox)),
-                    **h.tools,
                     snapshots=self._snapshots,
                 )
             except SandboxUnavailable as exc:
@@ -629,14 +634,21 @@ class SessionHost:
         self._hosted.pop(h.id, None)
 
 
-async def _recorded(root: DataRoot, h: Hosted, approval: str, retry: RetryPolicy) -> Resolved:
+async def _recorded(root: DataRoot, h: Hosted, host: SessionHost) -> Resolved:
     """SPEC §23: a session comes back with its recorded settings — approval, max_turns,
-    compaction, retry, model endpoint — not this server's defaults; ``h.overrides`` (what the
-    client said when it created it here) still apply."""
+    compaction, retry, model endpoint, MCP servers (with config.toml's secrets) — not this
+    server's defaults; ``h.overrides`` (what the client said when it created it here) still
+    apply."""
     _f, _l, _c, state, _m = await anyio.to_thread.run_sync(
         lambda: load_session(root, h.id, project=h.project, agent=h.agent)
     )
-    resolved = resolve(state.settings, h.overrides, default_approval=approval, default_retry=retry)
+    resolved = resolve(
+        state.settings,
+        h.overrides,
+        default_approval=host.approval,
+        default_retry=host._retry,
+        configured_mcp=host.mcp_servers,
+    )
     h.approval = resolved.approval  # type: ignore[assignment]
     return resolved
 
@@ -669,10 +681,3 @@ def _recorded_workspace(files: list[Path]) -> Path:
 def _box_options(sandbox: dict[str, Any]) -> dict[str, Any]:
     """``resume_session``'s ``sandbox``/``network`` from a hosted session's record of them."""
     return {"sandbox": sandbox.get("mode"), "network": sandbox.get("network")}
-
-
-def _tool_options(
-    mcp: Mapping[str, McpServer], approval_rules: Mapping[str, str] | None
-) -> dict[str, Any]:
-    """``Session.create`` / ``resume_session``'s ``mcp`` and ``approval_rules`` (SPEC §26)."""
-    return {"mcp": dict(mcp) or None, "approval_rules": dict(approval_rules or {}) or None}

@@ -58,7 +58,6 @@ class Hosted:
     # SPEC §25: what the session was created with, given again when it is loaded again.
     sandbox: dict[str, Any] | None = None
     # The session's MCP servers and approval rules (Session.create's options), kept for reloads.
-    tools: dict[str, Any] = field(default_factory=dict)
     session: Session | None = None
     llm: Any = None
     closing: anyio.Event = field(default_factory=anyio.Event)

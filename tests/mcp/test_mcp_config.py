@@ -101,4 +101,8 @@ def test_r_mcp_4_a_resumed_session_gets_its_recorded_servers() -> None:
     chosen = resolve_servers(recorded, configured=configured, explicit=explicit)
     assert chosen["fs"] is configured["fs"]  # the configured one has the secrets
     assert chosen["gone"] is explicit["gone"]
-    assert chosen["local"].command == ("local-server", "-v")  # the record itself
+    # Only the trace names it: kept (its recorded tools stay listed) but never started.
+    assert chosen["local"].command == ("local-server", "-v")
+    assert chosen["local"].unavailable is not None
+    assert "[mcp.servers.local]" in chosen["local"].unavailable
+    assert chosen["fs"].unavailable is None

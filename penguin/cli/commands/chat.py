@@ -170,7 +170,11 @@ def open_chat(
         recorded=restored.approval if restored is not None else None,
     )
     resolved = resolve(
-        restored, Overrides(approval=approve, max_turns=max_turns), default_approval=mode
+        restored,
+        Overrides(approval=approve, max_turns=max_turns),
+        default_approval=mode,
+        configured_mcp=mcp_servers(config),
+        default_approval_rules=config.approval_rules,
     )
     if session_id is not None:  # R-SET-3: what the session comes back with, on one line
         err_console().print(Text(safe(settings_line(restored)), style="dim"), soft_wrap=True)
@@ -249,7 +253,6 @@ async def _open(
     from penguin.cli.tasks.live import environment_for
 
     config = load_config(root.home)
-    servers, rules = mcp_servers(config) or None, config.approval_rules or None
     if session_id is None:
         project, agent = g.project or DEFAULT_PROJECT, g.agent or DEFAULT_AGENT
     else:
@@ -266,9 +269,7 @@ async def _open(
             system_prompt=DEFAULT_SYSTEM_PROMPT,
             project=project,
             agent=agent,
-            mcp=servers,
             **box,
-            approval_rules=rules,
             **snapshot_settings(config),
         )
 

@@ -215,7 +215,13 @@ def _continue(g: Globals, loaded: Loaded, message: str | None, opts: TaskOptions
         config=config,
         recorded=restored.approval if restored is not None else None,
     )
-    resolved = resolve(restored, overrides_of(opts, approve=opts.approve), default_approval=mode)
+    resolved = resolve(
+        restored,
+        overrides_of(opts, approve=opts.approve),
+        default_approval=mode,
+        configured_mcp=mcp_servers(config),
+        default_approval_rules=config.approval_rules,
+    )
     turns = resolved.max_turns
     ws = checked_workspace(
         opts.workspace or Path(meta.workspace), hint=" (pass --workspace DIR to use another)"
@@ -233,7 +239,6 @@ def _continue(g: Globals, loaded: Loaded, message: str | None, opts: TaskOptions
             compaction=resolved.compaction,
             max_turns=turns,
         )
-    servers = mcp_servers(config)
     torn = [d for d in loaded.diagnostics if d.kind == "torn_tail" and d.path == loaded.latest]
     # R-SET-3: what the session comes back with, on one line.
     err_console().print(Text(safe(settings_line(restored)), style="dim"), soft_wrap=True)
@@ -251,9 +256,7 @@ def _continue(g: Globals, loaded: Loaded, message: str | None, opts: TaskOptions
                 workspace=ws,
                 project=location.project,
                 agent=location.agent,
-                mcp=servers or None,
                 **opts.sandbox_options(None),  # the recorded sandbox stands unless a flag says
-                approval_rules=config.approval_rules or None,
                 **snapshot_settings(config),
             )
         _report_cut(torn)

@@ -143,7 +143,13 @@ def _start(g: Globals, message: str, opts: TaskOptions, *, system_prompt: str | 
     config = load_config(g.root().home)
     choice = choose_model(opts.llm, config=config)
     mode = choose_approve(opts.approve, scripted=choice.script is not None, config=config)
-    resolved = resolve(None, overrides_of(opts), default_approval=mode)
+    resolved = resolve(
+        None,
+        overrides_of(opts),
+        default_approval=mode,
+        configured_mcp=mcp_servers(config),
+        default_approval_rules=config.approval_rules,
+    )
     turns = resolved.max_turns
     model_llm = build_llm(choice)
     ws = checked_workspace(opts.workspace or Path.cwd())
@@ -161,7 +167,6 @@ def _start(g: Globals, message: str, opts: TaskOptions, *, system_prompt: str | 
             compaction=resolved.compaction,
             max_turns=turns,
         )
-    servers = mcp_servers(config)
 
     async def go() -> TaskResult:
         session = await open_session(
@@ -173,9 +178,7 @@ def _start(g: Globals, message: str, opts: TaskOptions, *, system_prompt: str | 
             system_prompt=DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt,
             project=project,
             agent=agent,
-            mcp=servers or None,
             **opts.sandbox_options(config),
-            approval_rules=config.approval_rules or None,
             **snapshot_settings(config),
         )
         return await run_task(
