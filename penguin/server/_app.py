@@ -146,6 +146,34 @@ class _Lifespan:
             self.ctx.index.close()
 
 
+LOGINS_FILE = "server-logins.json"
+
+
+def _logins(root: DataRoot, ttl: float) -> Logins:
+    """The browser logins, kept across restarts in ``<home>/server-logins.json`` (digests
+    only, 0600), so an open page reconnects to a restarted server by itself."""
+    path = root.home / LOGINS_FILE
+
+    def save(data: bytes) -> None:
+        try:
+            root.write_private(path, data)
+        except OSError as exc:  # the logins still work; they only will not survive a restart
+            log.warning("cannot save the browser logins to %s: %s", path, exc)
+
+    try:
+        saved: bytes | None = path.read_bytes()
+    except FileNotFoundError:
+        saved = None
+    except OSError as exc:
+        log.warning("cannot read the saved browser logins %s: %s", path, exc)
+        saved = None
+    try:
+        return Logins(ttl=ttl, saved=saved, save=save)
+    except ValueError as exc:
+        log.warning("%s: %s; every browser must log in again", path, exc)
+        return Logins(ttl=ttl, save=save)
+
+
 def create_app(
     root: DataRoot | str | Path | None = None,
     *,
@@ -200,7 +228,7 @@ def create_app(
         index=Index(data_root),
         token=load_token(data_root, token),
         body_limit=body_limit,
-        logins=Logins(ttl=login_ttl),
+        logins=_logins(data_root, login_ttl),
         body_timeout=body_timeout,
     )
     ctx_box.append(ctx)

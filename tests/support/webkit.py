@@ -59,19 +59,30 @@ class Server:
 
 
 @contextmanager
-def penguin_serve(tmp: Path, script: Any, *, approve: str = "ask") -> Iterator[Server]:
-    """``penguin serve --script`` on a free loopback port; yields once it printed its login URL
-    (printed after binding)."""
+def penguin_serve(
+    tmp: Path,
+    script: Any,
+    *,
+    approve: str = "ask",
+    port: int = 0,
+    args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+) -> Iterator[Server]:
+    """``penguin serve --script`` on a free loopback port (or ``port``: a restart of an earlier
+    server on ``tmp`` keeps its home, so its logins and sessions); yields once it printed its
+    login URL (printed after binding). ``script=None``: no script (``args`` name a model)."""
     home = tmp / "home"
     workspace = tmp / "workspace"
     workspace.mkdir(parents=True, exist_ok=True)
-    script_path = tmp / "script.json"
-    script_path.write_text(json.dumps(script), encoding="utf-8")
-    env = {**os.environ, "PENGUIN_SERVER_TOKEN": TOKEN, "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "penguin", "--home", str(home), "serve", "--port", "0"]
-    cmd += ["--script", str(script_path), "--approve", approve, "--workspace", str(workspace)]
+    environ = {**os.environ, "PENGUIN_SERVER_TOKEN": TOKEN, "PYTHONUNBUFFERED": "1", **(env or {})}
+    cmd = [sys.executable, "-m", "penguin", "--home", str(home), "serve", "--port", str(port)]
+    if script is not None:
+        script_path = tmp / "script.json"
+        script_path.write_text(json.dumps(script), encoding="utf-8")
+        cmd += ["--script", str(script_path)]
+    cmd += ["--approve", approve, "--workspace", str(workspace), *args]
     process = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environ
     )
     assert process.stdout is not None
     log: list[str] = []

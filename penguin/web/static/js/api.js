@@ -8,6 +8,8 @@
 // never gets what it takes to authenticate (issue 29). That is why streams and images are
 // fetched (which can carry the header) instead of EventSource and plain <img src>.
 
+import { lost, reached } from "./connection.js";
+
 const KEY = "penguin.key";
 
 function authHeaders() {
@@ -34,7 +36,15 @@ export async function api(path, { method = "GET", body } = {}) {
     init.headers["content-type"] = "application/json";
     init.body = JSON.stringify(body);
   }
-  const response = await fetch(path, init);
+  let response;
+  try {
+    response = await fetch(path, init);
+  } catch (err) {
+    // The server is unreachable (not an HTTP error): say so instead of "Failed to fetch".
+    lost();
+    throw new ApiError(0, "offline", "Not connected to the server — reconnecting; try again when it is back.");
+  }
+  reached();
   if (response.status === 204) return null;
   const text = await response.text();
   let data = null;
@@ -82,9 +92,10 @@ export function authImage(img, url) {
 }
 
 /** A Server-Sent Events stream read from a fetch response (so it carries the login's key),
- * reconnecting with Last-Event-ID like EventSource; `server` events go to onServer.
- * Returns {close()}. */
-export function openStream(url, { onMessage, onServer, onOpen, onError }) {
+ * reconnecting with Last-Event-ID like EventSource; `server` events go to onServer. A stream
+ * that breaks or ends reports the connection lost (connection.js) until it opens again;
+ * onDrop() is called then. Returns {close()}. */
+export function openStream(url, { onMessage, onServer, onOpen, onError, onDrop }) {
   let lastId = null;
   let closed = false;
   let controller = null;
@@ -101,10 +112,18 @@ export function openStream(url, { onMessage, onServer, onOpen, onError }) {
     controller = new AbortController();
     const headers = authHeaders();
     if (lastId !== null) headers["last-event-id"] = lastId;
-    const response = await fetch(url, { credentials: "same-origin", headers, signal: controller.signal, cache: "no-store" });
+    let response;
+    try {
+      response = await fetch(url, { credentials: "same-origin", headers, signal: controller.signal, cache: "no-store" });
+    } catch (err) {
+      if (!closed) dropped();
+      throw err;
+    }
     if (response.status === 401) { closed = true; unauthorized(); return; }
     if (!response.ok || !response.body) throw new Error(`HTTP ${response.status}`);
     delay = 500;
+    reached();
+    live = true;
     if (onOpen) onOpen();
     const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
     let buffer = "";
@@ -131,10 +150,18 @@ export function openStream(url, { onMessage, onServer, onOpen, onError }) {
     }
   }
 
+  let live = false;
+  function dropped() {
+    lost();
+    if (live && onDrop) onDrop();
+    live = false;
+  }
+
   (async () => {
     while (!closed) {
       try { await once(); } catch (_) { if (closed) return; if (onError) onError(); }
       if (closed) return;
+      if (live) dropped();  // the open stream broke or ended: the server went away
       await new Promise((resolve) => setTimeout(resolve, delay));
       delay = Math.min(delay * 2, 5000);
     }

@@ -1,8 +1,12 @@
 // Owns: one session's page: history then the live stream (lossless: the stream resumes after
 // the history's last position, R-SRV-6/8), and the controls of R-WEB-3 (composer with pasted
 // images, steer, stop, approvals, retry countdown, compact, fork, goal mode, the composer
-// locked after an auth failure). Does not: render records (Transcript).
+// locked after an auth failure; Enter sends, Shift+Enter is a new line), and the connection
+// state: while the server is unreachable the page says so instead of "running", the controls
+// wait, and the stream picks up where it left off by itself. Does not: render records
+// (Transcript).
 import { api, enc, openStream } from "./api.js";
+import { isOnline, onConnection } from "./connection.js";
 import { clear, h, visible, setText } from "./dom.js";
 import { Transcript } from "./transcript.js";
 
@@ -63,7 +67,10 @@ export function conversationView(root, id) {
   });
 
   // ------------------------------------------------------------ composer
-  const text = h("textarea", { class: "input", rows: 3, placeholder: "Message (paste images with Ctrl+V)" });
+  const text = h("textarea", {
+    class: "input", rows: 3, placeholder: "Message", "aria-label": "Message", "aria-describedby": "composer-hint",
+  });
+  const hint = h("p", { class: "hint", id: "composer-hint" });
   const thumbs = h("div", { class: "thumbs" });
   let images = [];
   text.addEventListener("paste", (ev) => {
@@ -79,17 +86,21 @@ export function conversationView(root, id) {
     clear(thumbs);
     images.forEach((url, i) => thumbs.append(h("span", { class: "thumb" },
       h("img", { src: url, alt: "pasted image" }),
-      h("button", { class: "link", title: "Remove", onclick: () => { images.splice(i, 1); drawThumbs(); } }, "×"))));
+      h("button", { class: "link", title: "Remove", "aria-label": `Remove pasted image ${i + 1}`, onclick: () => { images.splice(i, 1); drawThumbs(); } }, "×"))));
   }
   const goalOn = h("input", { type: "checkbox", class: "goal-on" });
-  const budget = h("input", { type: "number", min: 1, class: "budget", placeholder: "token budget (optional)" });
+  const budget = h("input", { type: "number", min: 1, class: "budget", placeholder: "token budget", "aria-label": "Goal token budget (optional)" });
   const send = h("button", { class: "primary send", onclick: () => submit() }, "Send");
   const steer = h("button", { class: "steer", onclick: () => submit(true) }, "Steer");
   const stop = h("button", { class: "danger stop", onclick: () => call("/abort") }, "Stop");
   const compact = h("button", { class: "compact", onclick: () => call("/compact") }, "Compact");
   const compactWhy = h("span", { class: "muted small compact-why" });
+  // Enter sends (steers while a task runs), Shift+Enter is a new line; not while an input
+  // method is composing a character (Enter then confirms the composition).
   text.addEventListener("keydown", (ev) => {
-    if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) { ev.preventDefault(); submit(state !== "idle"); }
+    if (ev.key !== "Enter" || ev.shiftKey || ev.isComposing || ev.keyCode === 229) return;
+    ev.preventDefault();
+    submit(state !== "idle");
   });
 
   function parts() {
@@ -102,8 +113,11 @@ export function conversationView(root, id) {
     const input = parts();
     if (!input.length || authLocked) return;
     let ok;
-    if (steering) ok = await call("/steer", { input });
-    else {
+    if (!isOnline()) return;
+    if (steering) {
+      ok = await call("/steer", { input });
+      if (ok !== undefined) transcript.queueSteer(text.value.trim(), images);
+    } else {
       const body = { input };
       if (goalOn.checked) body.goal = budget.value ? { budget: Number(budget.value) } : {};
       const seen = stateEvents;
@@ -125,15 +139,22 @@ export function conversationView(root, id) {
 
   function setState(next) {
     state = next;
-    setText(stateTag, next);
-    stateTag.dataset.state = next;
+    const offline = !isOnline();
+    // Offline, the last known state is not claimed: the task may have ended with the server.
+    setText(stateTag, offline ? "connection lost" : next);
+    stateTag.dataset.state = offline ? "offline" : next;
     const running = next !== "idle";
-    send.disabled = running || authLocked;
+    send.disabled = running || authLocked || offline;
     text.disabled = authLocked;
     steer.hidden = !running;
-    steer.disabled = authLocked;
+    steer.disabled = authLocked || offline;
     stop.hidden = !running;
-    compact.disabled = running || compact.dataset.why !== "ok";
+    stop.disabled = offline;
+    compact.disabled = running || offline || compact.dataset.why !== "ok";
+    transcript.el.classList.toggle("offline", offline);
+    setText(hint, authLocked ? "" : running
+      ? "Enter sends a steering message to the running task · Shift+Enter for a new line"
+      : "Enter to send · Shift+Enter for a new line · paste images with Ctrl+V");
     transcript.setIdle(!running);
     if (!running) stopCountdown();
   }
@@ -193,7 +214,7 @@ export function conversationView(root, id) {
       h("a", { href: `#/s/${enc(id)}/trace`, class: "button" }, "Trace view")),
     transcript.el,
     errorBox, authBox, retryBox,
-    h("div", { class: "composer" }, text, thumbs,
+    h("div", { class: "composer" }, text, hint, thumbs,
       h("div", { class: "row" },
         h("label", { class: "goal-mode" }, goalOn, " Goal mode"), budget,
         h("span", { class: "spacer" }),
@@ -203,7 +224,11 @@ export function conversationView(root, id) {
   // ------------------------------------------------------------ history, then the stream
   function onServer(ev) {
     switch (ev.type) {
-      case "task_state": stateEvents += 1; setState(ev.state); if (ev.state === "idle") details(); break;
+      case "task_state":
+        stateEvents += 1;
+        setState(ev.state);
+        if (ev.state === "idle") { transcript.dropSteers(); details(); }
+        break;
       case "approval_request": transcript.approval(ev.tool_call); break;
       case "title": setText(title, ev.title); break;
       case "goal_round": goalTag.hidden = false; setText(goalTag, `goal round ${ev.round} · ${ev.tokens_used} tokens`); break;
@@ -211,12 +236,13 @@ export function conversationView(root, id) {
         goalTag.hidden = false;
         setText(goalTag, `goal ${ev.outcome} · ${ev.rounds} rounds · ${ev.tokens_used} tokens`);
         break;
-      case "resync_required": transcript.dropOpen(); break;
+      case "resync_required": transcript.interruptOpen(); break;
       default: break;
     }
   }
 
   let closed = false;
+  let reconnecting = false;
   (async () => {
     let page;
     try {
@@ -251,13 +277,18 @@ export function conversationView(root, id) {
         if (stick) scrollToEnd();
       },
       onServer,
+      // Back after a drop: the session's details may have changed (a restart ends its task).
+      onOpen: () => { if (reconnecting) { reconnecting = false; details(); } },
+      onDrop: () => { reconnecting = true; },
     });
     details();
   })();
+  const unwatch = onConnection(() => setState(state));
 
   return {
     close() {
       closed = true;
+      unwatch();
       if (source) source.close();
       stopCountdown();
       transcript.close();

@@ -1,8 +1,60 @@
 // Owns: Markdown -> DOM elements for model text. Text only ever becomes Text nodes; raw HTML in
 // the input stays visible as text; links keep only http(s)/mailto targets (R-WEB-5).
-// Supports what models write: headings, paragraphs, fenced code, lists, quotes, rules,
-// inline code, bold, italics and links.
+// Supports what models write: headings, paragraphs, fenced code, lists, quotes, rules, tables
+// (GitHub's pipe tables, with alignment), inline code, bold, italics and links.
+// streamingMarkdown() renders a segment that is still arriving: an open code span or bold run
+// is closed for display, so `**` or a backtick never flashes raw mid-stream.
 import { h, safeUrl, visible } from "./dom.js";
+
+/** Markdown of a text still streaming in: the unfinished last line's open `code` span and
+ * `**bold**` run are closed (display only; the complete message is rendered from its text). */
+export function streamingMarkdown(source) {
+  const text = String(source ?? "");
+  const fences = (text.match(/^\s*(```|~~~)/gm) || []).length;
+  if (fences % 2) return markdown(text);  // inside a code block: nothing inline to close
+  const cut = text.lastIndexOf("\n") + 1;
+  let last = text.slice(cut);
+  // A heading's marks before its text, or a table row still arriving: held back a moment.
+  if (/^\s*#{1,6}\s*$/.test(last) || /^\s*\|/.test(last)) last = "";
+  const ticks = (last.match(/`/g) || []).length;
+  if (ticks % 2) last += "`";
+  else if (((last.replace(/`[^`]*`/g, "").match(/\*\*/g)) || []).length % 2) {
+    last = last.replace(/\*+\s*$/, "");
+    if (((last.replace(/`[^`]*`/g, "").match(/\*\*/g)) || []).length % 2) last += "**";
+  }
+  return markdown(text.slice(0, cut) + last);
+}
+
+const TABLE_SEP = /^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$/;
+
+/** The cells of one pipe-table row (`\|` is a literal bar). */
+function cells(line) {
+  let row = line.trim();
+  if (row.startsWith("|")) row = row.slice(1);
+  if (row.endsWith("|") && !row.endsWith("\\|")) row = row.slice(0, -1);
+  return row.split(/(?<!\\)\|/).map((c) => c.trim().replace(/\\\|/g, "|"));
+}
+
+function isTableStart(lines, i) {
+  return i + 1 < lines.length && lines[i].includes("|") && lines[i + 1].includes("|")
+    && lines[i + 1].includes("-") && TABLE_SEP.test(lines[i + 1]);
+}
+
+function table(lines, i) {
+  const head = cells(lines[i]);
+  const align = cells(lines[i + 1]).map((c) => (c.startsWith(":") && c.endsWith(":") ? "center" : c.endsWith(":") ? "right" : null));
+  const cell = (tag, text, k) => h(tag, align[k] ? { dataset: { align: align[k] } } : null, inline(text));
+  const body = h("tbody");
+  let j = i + 2;
+  while (j < lines.length && lines[j].trim() && lines[j].includes("|")) {
+    const row = cells(lines[j]);
+    body.append(h("tr", null, head.map((_, k) => cell("td", row[k] ?? "", k))));
+    j += 1;
+  }
+  const el = h("div", { class: "table-wrap" },
+    h("table", null, h("thead", null, h("tr", null, head.map((text, k) => cell("th", text, k)))), body));
+  return [el, j];
+}
 
 export function markdown(source) {
   const frag = document.createDocumentFragment();
@@ -29,6 +81,12 @@ export function markdown(source) {
       continue;
     }
     if (/^\s*([-*_])(\s*\1){2,}\s*$/.test(line)) { frag.append(h("hr")); i += 1; continue; }
+    if (isTableStart(lines, i)) {
+      const [el, next] = table(lines, i);
+      frag.append(el);
+      i = next;
+      continue;
+    }
     if (/^\s*>/.test(line)) {
       const body = [];
       while (i < lines.length && /^\s*>/.test(lines[i])) body.push(lines[i++].replace(/^\s*>\s?/, ""));
@@ -49,7 +107,8 @@ export function markdown(source) {
       continue;
     }
     const para = [];
-    while (i < lines.length && lines[i].trim() && !/^\s*(```|~~~|#{1,6}\s|>)/.test(lines[i]) && !item.test(lines[i])) {
+    while (i < lines.length && lines[i].trim() && !/^\s*(```|~~~|#{1,6}\s|>)/.test(lines[i]) && !item.test(lines[i])
+      && !(para.length && isTableStart(lines, i))) {
       para.push(lines[i++]);
     }
     const p = h("p");

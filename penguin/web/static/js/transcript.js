@@ -1,10 +1,13 @@
 // Owns: turning records (history and live stream) into transcript blocks, and rendering them
 // incrementally: only the newest blocks are built at first, older ones when scrolled to (a
 // 5,000-message session opens without building 5,000 nodes). Partial messages stream into
-// their block; the complete message replaces them. Does not: send requests (callbacks do).
+// their block (Markdown rendered as it arrives, at most once a frame); the complete message
+// replaces them. A half-streamed answer the trace did not keep (the server restarted) stays,
+// marked interrupted; a steering message shows as queued until delivered, dropped if the task
+// ended first. Does not: send requests (callbacks do).
 import { authImage } from "./api.js";
 import { h, visible, setText } from "./dom.js";
-import { markdown } from "./markdown.js";
+import { markdown, streamingMarkdown } from "./markdown.js";
 
 const PAGE = 150;
 const ATTACHED = /^\[attached image: (.+)\]$/;
@@ -20,6 +23,8 @@ export class Transcript {
     this.open = new Map();  // streaming segment key -> block
     this.span = [];  // tool blocks of the current request span
     this.subHosts = new Map();  // child session id -> tool block it nests under
+    this.steers = [];  // steering messages sent and not yet delivered (FIFO, R-STEER-3)
+    this.dirty = new Set();  // streaming blocks to re-render at the next frame
     this.idle = true;
     this.more = h("button", { class: "more", onclick: () => this.showEarlier() }, "");
     this.list = h("div", { class: "blocks" });
@@ -83,6 +88,9 @@ export class Transcript {
         goal = { round: round ? round[1] : "?", block };
         text = text.slice(end + 8).trim();
       }
+      if (steer && this.steers.length) {  // delivered: the queued copy gives way to the record
+        this.remove(this.steers.shift());
+      }
       return this.push({ kind: "user", text, images, position, steer: Boolean(steer), goal });
     }
     return this.complete("text", "assistant", p.text, p, position);
@@ -114,7 +122,7 @@ export class Transcript {
     }
     if (p.event_type === "delta" && content) {
       block.text += content;
-      if (block.live) block.live.appendData(visible(content));
+      if (block.kind === "thinking") { if (block.live) block.live.appendData(visible(content)); } else this.redraw(block);
     }
     return block;
   }
@@ -210,6 +218,8 @@ export class Transcript {
     this.lastRetry = p.retry_in_ms !== undefined && p.retry_in_ms !== null ? { ms: p.retry_in_ms, at: Date.parse(rec.timestamp) } : null;
     if (p.status === "completed") return null;
     this.dropOpen();
+    // An abort's request ends "aborted" and the abort event follows (R-CARRY-1): one notice.
+    if (p.status === "aborted") return null;
     if (p.status === "auth" && live && this.cb.onAuthFailure) this.cb.onAuthFailure(this.lastAuth);
     if (this.lastRetry) {
       const block = this.push({ kind: "notice", cls: "retry", text: `[retry] attempt ${p.attempt ?? "?"} failed (${p.status}${p.error_message ? `: ${p.error_message}` : ""}), next in ${p.retry_in_ms} ms` });
@@ -246,7 +256,60 @@ export class Transcript {
     return host;
   }
 
-  /** Drops half-shown fragments (an abort, a failed request or `resync_required`). */
+  /** Re-renders a streaming block's Markdown at the next frame (a burst of deltas: once). */
+  redraw(block) {
+    this.dirty.add(block);
+    if (this.frame) return;
+    this.frame = requestAnimationFrame(() => {
+      this.frame = null;
+      for (const b of this.dirty) if (b.streaming && b.live) b.live.replaceChildren(streamingMarkdown(b.text));
+      this.dirty.clear();
+    });
+  }
+
+  /** After `resync_required` (the server restarted, or its buffer was lost): what is still
+   * streaming was not kept by the trace (a kept message came before and closed its block), so
+   * it stays on the page, marked interrupted, instead of vanishing. */
+  interruptOpen() {
+    for (const block of this.open.values()) {
+      if (!block.streaming) continue;
+      if (!block.text.trim()) { this.remove(block); continue; }
+      Object.assign(block, { streaming: false, interrupted: true });
+      this.refresh(block);
+    }
+    this.open.clear();
+    for (const block of this.tools.values()) {
+      if (!block.done && (block.streaming || block.running || block.pending)) {
+        Object.assign(block, { streaming: false, running: false, pending: false, interrupted: true });
+        this.refresh(block);
+      }
+    }
+  }
+
+  /** A steering message the server accepted: shown as queued until the engine delivers it. */
+  queueSteer(text, images) {
+    const block = this.push({ kind: "user", text, images: [], pasted: images.length, steer: true, queued: true });
+    this.steers.push(block);
+    return block;
+  }
+
+  /** The run ended: steering it never delivered was discarded (R-STEER-8). */
+  dropSteers() {
+    for (const block of this.steers.splice(0)) {
+      Object.assign(block, { queued: false, dropped: true });
+      this.refresh(block);
+    }
+  }
+
+  remove(block) {
+    const i = this.blocks.indexOf(block);
+    if (i < 0) return;
+    this.blocks.splice(i, 1);
+    if (i < this.first) this.first -= 1;
+    if (block.node) block.node.remove();
+  }
+
+  /** Drops half-shown fragments (an abort or a failed request: the trace says what stays). */
   dropOpen() {
     for (const block of this.open.values()) {
       const i = this.blocks.indexOf(block);
@@ -322,8 +385,11 @@ function shot(alt, url) {
 
 const RENDER = {
   user(b, t) {
-    return h("div", { class: "msg user" },
+    return h("div", { class: `msg user${b.queued ? " pending" : ""}` },
       h("div", { class: "who" }, "You", b.steer ? h("span", { class: "tag steer" }, "steering") : null,
+        b.queued ? h("span", { class: "tag queued", title: "Delivered to the model after the current turn" }, "queued") : null,
+        b.dropped ? h("span", { class: "tag dropped", title: "The task ended before this steering message was delivered; send it as a new message" }, "not delivered: the task ended first") : null,
+        b.pasted ? h("span", { class: "muted small" }, `${b.pasted} image${b.pasted > 1 ? "s" : ""}`) : null,
         b.goal ? h("span", { class: "tag goal-round" }, `goal round ${b.goal.round}`) : null),
       b.goal ? h("details", { class: "goal-block" }, h("summary", null, "goal instructions"),
         h("pre", null, visible(b.goal.block))) : null,
@@ -332,11 +398,17 @@ const RENDER = {
   },
   assistant(b, t) {
     if (b.streaming) {
-      b.live = document.createTextNode(visible(b.text));
-      return h("div", { class: "msg assistant streaming" }, h("div", { class: "who" }, "Assistant"),
-        h("div", { class: "body plain" }, b.live), h("span", { class: "cursor" }, "▍"));
+      b.live = h("div", { class: "body md" }, streamingMarkdown(b.text));
+      return h("div", { class: "msg assistant streaming", "aria-busy": "true" }, h("div", { class: "who" }, "Assistant"),
+        b.live, h("span", { class: "cursor", "aria-hidden": "true" }, "▍"));
     }
     b.live = null;
+    if (b.interrupted) {
+      return h("div", { class: "msg assistant interrupted" },
+        h("div", { class: "who" }, "Assistant", h("span", { class: "tag interrupted" }, "interrupted"),
+          h("span", { class: "muted small" }, "the server stopped before this answer was recorded")),
+        h("div", { class: "body md" }, markdown(b.text || "")));
+    }
     const forkable = t.idle && b.position && b.stop === "completed";
     return h("div", { class: "msg assistant" },
       h("div", { class: "who" }, "Assistant",
@@ -347,11 +419,12 @@ const RENDER = {
   },
   thinking(b) {
     if (b.streaming) b.live = document.createTextNode(visible(b.text));
+    else b.live = null;
     return h("details", { class: "thinking" }, h("summary", null, b.streaming ? "Thinking…" : "Thinking"),
       h("div", { class: "body plain" }, b.streaming ? b.live : visible(b.text)));
   },
   tool(b, t) {
-    const state = b.pending ? "awaiting approval" : b.decision === "deny" ? "denied"
+    const state = b.interrupted ? "interrupted" : b.pending ? "awaiting approval" : b.decision === "deny" ? "denied"
       : b.done ? (b.outStop && b.outStop !== "completed" ? b.outStop : "done")
         : b.running ? "running" : b.streaming ? "streaming" : "queued";
     return h("div", { class: `tool state-${state.replace(/\s/g, "-")}`, dataset: { callId: b.id } },
