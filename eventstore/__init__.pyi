@@ -29,6 +29,11 @@ from ._exceptions import (
     TraceError as TraceError,
     TraceWriteError as TraceWriteError,
 )
+from ._kinds import (
+    Unrecognised as Unrecognised,
+    record_kind as record_kind,
+    unrecognised as unrecognised,
+)
 from ._layout import (
     DEFAULT_AGENT as DEFAULT_AGENT,
     DEFAULT_PROJECT as DEFAULT_PROJECT,

@@ -32,9 +32,9 @@ from eventstore import (
     ToolListReadyPayload,
     encode,
     file_index,
+    record_kind,
     scan_trace,
 )
-from eventstore.builders import payload_type
 from projections import ModelContext
 
 from ._replay_llm import _session_files
@@ -114,11 +114,6 @@ class TracePoint:
             "messages": rows,
         }
         return out
-
-
-def record_kind(record: OmniMessage) -> str:
-    """The payload type of a record (``session_meta`` for the head)."""
-    return payload_type(record) or record.type
 
 
 def parse_position(text: str) -> Position:

@@ -24,8 +24,10 @@ from eventstore import (
     SessionInfo,
     SessionMetaPayload,
     TokenUsagePayload,
+    UnknownPayload,
     file_index,
     tail,
+    unrecognised,
 )
 from projections import SessionState
 
@@ -37,7 +39,7 @@ CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, session TEXT NOT NULL,
 CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, project TEXT, agent TEXT,
     created TEXT, files INTEGER, records INTEGER, turns INTEGER, last_status TEXT,
     model TEXT, workspace TEXT, tokens INTEGER, last_active TEXT, status TEXT,
-    approval TEXT, runs INTEGER);
+    approval TEXT, runs INTEGER, unreadable INTEGER);
 CREATE TABLE IF NOT EXISTS usage (session TEXT, agent TEXT, model TEXT, kind TEXT,
     cache_read INTEGER, cache_write INTEGER, output INTEGER, total INTEGER, time TEXT,
     file INTEGER, ordinal INTEGER);
@@ -64,11 +66,14 @@ SESSION_COLUMNS: Final = [
     "status",
     "approval",
     "runs",
+    # Records skipped as damage (``eventstore.unrecognised``), as the CLI and the validator
+    # report them; a newer writer's record type is kept and is not counted.
+    "unreadable",
 ]
 
 # Bumped whenever a table changes shape: an index of another shape is dropped and rebuilt from
 # the traces (it is a projection, R-SRV-13).
-_SCHEMA_VERSION: Final = 2
+_SCHEMA_VERSION: Final = 3
 
 
 class Index:
@@ -168,6 +173,7 @@ class Index:
             fold.state.status,
             fold.state.settings.approval if fold.state.settings is not None else None,
             fold.state.runs,
+            fold.unreadable,
         )
         with self._lock:
             db = self._db
@@ -292,6 +298,7 @@ class _Fold:
         self._done: dict[str, int] = {}  # path -> bytes folded (whole lines)
         self._ordinal: dict[str, int] = {}  # path -> records folded
         self._compacting: dict[str, bool] = {}
+        self.unreadable = 0
 
     def continues(self, files: list[Path]) -> bool:
         """Whether ``files`` are the folded files, grown (and maybe followed by new ones)."""
@@ -338,7 +345,10 @@ class _Fold:
         self.state.apply(rec)
         p = rec.payload
         self.last_time = rec.timestamp
-        if isinstance(p, SessionMetaPayload):
+        if isinstance(p, UnknownPayload):
+            found = unrecognised(rec)
+            self.unreadable += found is not None and found.damaged
+        elif isinstance(p, SessionMetaPayload):
             self.model, self.workspace = p.model_id, p.workspace
         elif isinstance(p, CompactionBeginPayload):
             return True

@@ -26,10 +26,11 @@ from eventstore import (
     TextPayload,
     ToolListReadyPayload,
     UnknownPayload,
+    record_kind,
 )
 
 from ._compaction import CompactionChecks
-from ._core import KIND, CheckGroup, FileFacts, Finding
+from ._core import CheckGroup, FileFacts, Finding
 from ._head import HeadChecks
 from ._pairing import PairingChecks
 from ._retries import RetryChecks
@@ -78,13 +79,6 @@ def _starts_run(payload: Any) -> bool:
     )
 
 
-def _kind(msg: OmniMessage) -> str:
-    payload = msg.payload
-    if isinstance(payload, UnknownPayload):
-        return payload.type or msg.type
-    return KIND.get(type(payload), msg.type)
-
-
 class FileChecker:
     """One file's checks: ``feed`` each record in order, then ``finish``.  ``groups`` runs only
     the named check groups (``GROUP_NAMES``); an unknown name is a ``ValueError``."""
@@ -120,7 +114,7 @@ class FileChecker:
 
     def feed(self, line: int, msg: OmniMessage) -> None:
         facts, payload = self.facts, msg.payload
-        kind = _kind(msg)
+        kind = record_kind(msg)
         self._note_head(line, kind)
         for group in self.groups:
             if not group.before(line, msg, kind):

@@ -9,22 +9,17 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Final
 
-import msgspec
-
 from eventstore import (
-    EVENT_PAYLOAD_TAGS,
-    EXTRA_WIRE_NAME,
-    MODEL_PAYLOAD_TAGS,
     PARTIAL_PAYLOAD_TYPES,
     ImageUrlPayload,
     InlineThinkingPayload,
     McpConnectEndPayload,
     OmniMessage,
-    SessionMetaPayload,
     ThinkingPayload,
     ToolCallOutputPayload,
     ToolCallPayload,
     UnknownPayload,
+    unrecognised,
 )
 
 from ._core import KIND, CheckGroup, Handler
@@ -56,27 +51,11 @@ class ShapeChecks(CheckGroup):
         return True
 
     def on_unknown(self, line: int, msg: OmniMessage, payload: UnknownPayload) -> None:
-        # V-19: a payload of a known type the codec could not convert is kept as UnknownPayload.
-        raw = payload.raw
-        if msg.type == "session_meta":
-            self.facts.error(line, "V-19", f"session_meta: {shape_error(SessionMetaPayload, raw)}")
-            return
-        if msg.type not in ("model_msg", "event_msg"):
-            return  # an envelope type of a newer writer (R-READ-4)
-        tag = raw.get("type")
-        if not isinstance(tag, str):
-            self.facts.error(line, "V-19", f"{msg.type} payload without a string type")
-            return
-        own, other = (
-            (MODEL_PAYLOAD_TAGS, EVENT_PAYLOAD_TAGS)
-            if msg.type == "model_msg"
-            else (EVENT_PAYLOAD_TAGS, MODEL_PAYLOAD_TAGS)
-        )
-        cls = own.get(tag)
-        if cls is not None:
-            self.facts.error(line, "V-19", f"{tag}: {shape_error(cls, raw)}")
-        elif tag in other:
-            self.facts.error(line, "V-19", f"payload type {tag} in a {msg.type} envelope")
+        # V-19: damage, as every reader tells it (``eventstore.unrecognised``); a newer writer's
+        # payload or envelope type is accepted (R-MSG-7, R-READ-4).
+        found = unrecognised(msg)
+        if found is not None and found.damaged:
+            self.facts.error(line, "V-19", f"{found.kind}: {found.detail}")
 
     def _check_role(self, line: int, payload: Any) -> None:
         allowed = _ROLES.get(type(payload))
@@ -94,19 +73,6 @@ class ShapeChecks(CheckGroup):
         **dict.fromkeys(_ROLES, _check_role),
         McpConnectEndPayload: _check_mcp,
     }
-
-
-def shape_error(cls: type[Any], raw: dict[str, Any]) -> str:
-    """Why ``raw`` does not convert to ``cls`` (its extra fields aside)."""
-    fields = set(cls.__struct_encode_fields__) - {EXTRA_WIRE_NAME}
-    known = {k: v for k, v in raw.items() if k in fields}
-    try:
-        msgspec.convert(known, cls)
-    except msgspec.ValidationError as exc:
-        return str(exc)
-    except RecursionError:
-        return "nesting too deep"
-    return "does not fit its schema"  # pragma: no cover - the codec refused it for a reason
 
 
 def _mcp_result_problem(result: dict[str, Any]) -> str:

@@ -24,7 +24,6 @@ from rich.table import Table
 from rich.text import Text
 
 from eventstore import (
-    PAYLOAD_TAG_OF,
     AbortPayload,
     ApprovalDecisionPayload,
     CompactionBeginPayload,
@@ -45,9 +44,9 @@ from eventstore import (
     ToolCallOutputPayload,
     ToolCallPayload,
     ToolListReadyPayload,
-    UnknownPayload,
     encode,
     read_trace,
+    record_kind,
     tail,
     validate_id,
 )
@@ -119,13 +118,8 @@ def read_numbered(path: Path) -> NumberedFile:
 
 
 def kind_of(record: OmniMessage) -> str:
-    """``session_meta`` or the payload's ``type`` (``?`` when an unknown record has none)."""
-    if record.type == "session_meta":
-        return "session_meta"
-    p = record.payload
-    if isinstance(p, UnknownPayload):
-        return p.type or "?"
-    return PAYLOAD_TAG_OF.get(type(p), record.type)
+    """What ``record`` is in one word, as every reader says it (``eventstore.record_kind``)."""
+    return record_kind(record)
 
 
 def describe(record: OmniMessage) -> str:

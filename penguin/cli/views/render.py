@@ -50,6 +50,8 @@ from eventstore import (
     ToolCallOutputPayload,
     ToolCallPayload,
     ToolListReadyPayload,
+    UnknownPayload,
+    unrecognised,
 )
 from eventstore.partials import Fragment, fragment
 from penguin.cli.terminal.safe import safe
@@ -254,6 +256,11 @@ class StreamRenderer:
         elif isinstance(p, ToolListReadyPayload):
             names = ", ".join(safe(t.name, keep_newlines=False) for t in p.tools)
             self._line(origin, f"[tools] {names}", "dim")
+        elif isinstance(p, UnknownPayload):
+            # Never dropped without a word: what the record is, as every reader says it.
+            found = unrecognised(msg)
+            if found is not None:
+                self._line(origin, safe(f"[unread] {found}", keep_newlines=False), "dim")
         elif isinstance(p, TokenUsagePayload):
             return
 
