@@ -48,6 +48,9 @@ from eventstore import builders as b
 SESSIONS = int(os.environ.get("BENCH_SERVER_SESSIONS", "100"))
 # The server's --fsync; the README's figures are for the default policy (turn).
 FSYNC = os.environ.get("BENCH_SERVER_FSYNC", "turn")
+# Workspace snapshots before each tool turn are on by default in `penguin serve`;
+# BENCH_SERVER_SNAPSHOTS=0 measures the fan-out without them.
+SNAPSHOTS = os.environ.get("BENCH_SERVER_SNAPSHOTS", "1") != "0"
 SUBSCRIBERS = 2
 ONE_RUNS = 3
 TURNS = 20
@@ -77,6 +80,9 @@ def script() -> dict[str, Any]:
 
 
 async def _spawn(home: Path, script_path: Path) -> tuple[Any, str]:
+    if not SNAPSHOTS:
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "config.toml").write_text("[defaults]\nsnapshots = false\n")
     exe = os.path.join(os.path.dirname(sys.executable), "penguin")
     args = [exe, "--home", str(home), "serve", "--port", "0", "--token", TOKEN, "--script"]
     args += [str(script_path), "--approve", "allow-all", "--workspace", str(script_path.parent)]
@@ -255,6 +261,7 @@ def main() -> None:
     print(
         f"server: {'n/a' if cpu is None else f'{cpu:.0f}'} us of server CPU per delivered event "
         f"(client {r['client_cpu_us_per_event']:.0f} us); --fsync {FSYNC}; "
+        f"snapshots {'on' if SNAPSHOTS else 'off'}; "
         f"load average {r['load']:.1f} on {os.cpu_count()} CPUs"
     )
     alone = r["alone_events_per_s"]

@@ -92,6 +92,7 @@ def serve(
     announce: Callable[[str], None] | None = None,
     fsync: FsyncPolicy = "turn",
     mcp_servers: Mapping[str, McpServer] | None = None,
+    snapshots: bool = True,
 ) -> None:
     """Serve until SIGINT/SIGTERM (which abort running tasks as a user abort would; exit
     within 10 s).  Once bound, ``announce(url)`` gets the login URL (``port=0`` binds a free
@@ -116,6 +117,7 @@ def serve(
         approval=approval,
         fsync=fsync,
         mcp_servers=mcp_servers,
+        snapshots=snapshots,
     )
     ctx: ServerContext = app.state.penguin
     shown = f"[{host}]" if ":" in host else host

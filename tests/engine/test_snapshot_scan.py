@@ -7,11 +7,14 @@ import os
 import shutil
 from pathlib import Path
 
+import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import ScanCache, SnapshotSettings, scan_workspace
+from engine._snapshots import Snapshots
+from eventstore import DataRoot
 
 _OLD_NS = 1_700_000_000 * 10**9
 
@@ -128,3 +131,35 @@ def test_r_snap_1_an_ancestor_gitignore_change_reaches_cached_subdirectories(
     (ws / ".gitignore").write_text("*.log\n")  # the subdirectories' own mtimes do not move
     clock.age(ws)
     assert sorted(_scan(ws, cache)[0]) == [".gitignore", "a/b/keep.py"]
+
+
+def test_r_snap_1_a_small_unchanged_workspace_is_scanned_without_a_thread_hop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hashing never runs on the event loop; a small workspace's walk does (a worker thread's
+    round trip cost more than the walk and split a turn's records into two bursts)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("a")
+    _Clock().age(ws)
+    snaps = Snapshots.of(SnapshotSettings(), DataRoot(tmp_path / "home"), "p", "a", ws)
+    assert snaps is not None
+    hops: list[object] = []
+    real = anyio.to_thread.run_sync
+
+    async def counting(fn: object, *args: object, **kw: object) -> object:
+        hops.append(fn)
+        return await real(fn, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counting)
+    records: list[object] = []
+
+    async def take(expect_hops: int) -> None:
+        await snaps.take(records.append)
+        assert len(hops) == expect_hops
+
+    anyio.run(take, 1)  # the first scan: size unknown, in a thread
+    anyio.run(take, 1)  # small and unchanged: on the loop
+    (ws / "a.txt").write_text("changed")
+    anyio.run(take, 2)  # a file to hash: in a thread
+    assert len(records) == 3

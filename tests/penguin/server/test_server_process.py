@@ -14,7 +14,7 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
-from serverkit import AUTH, Reader, payload_type, spawn_server
+from serverkit import AUTH, Reader, is_server, payload_type, spawn_server
 
 from eventstore import iter_trace
 from eventstore.builders import payload_type as kind_of
@@ -106,3 +106,44 @@ def test_serve_raises_the_gc_thresholds_while_serving_and_restores_them(
     assert seen == [serve_module.SERVE_GC_THRESHOLDS]
     assert serve_module.SERVE_GC_THRESHOLDS[0] > before[0]
     assert gc.get_threshold() == before
+
+
+@pytest.mark.parametrize("configured", [None, "false"])
+async def test_r_snap_1_serve_takes_snapshots_unless_the_config_says_false(
+    tmp_path: Path, configured: str | None
+) -> None:
+    """``snapshots = false`` in config.toml switches them off for `penguin serve` as it does for
+    `run` and `chat` (it was ignored: the server's sessions took snapshots regardless)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    script = tmp_path / "script.json"
+    call = {"tool_call": {"name": "echo", "arguments": {}, "result": {"output": "ok"}}}
+    script.write_text(
+        json.dumps(
+            {
+                "responses": [[call], [{"text": "done"}]],
+                "tools": [{"name": "echo", "description": "echo"}],
+            }
+        )
+    )
+    root = tmp_path / "root"
+    if configured is not None:
+        root.mkdir()
+        (root / "config.toml").write_text(f"[defaults]\nsnapshots = {configured}\n")
+    child = await spawn_server(root, script, ws)
+    try:
+        async with httpx.AsyncClient(base_url=child.base, headers=AUTH, timeout=30) as c:
+            sid = (await c.post("/api/sessions", json={})).json()["id"]
+            async with c.stream("GET", f"/api/sessions/{sid}/stream") as resp:
+                rd = Reader(resp)
+                await rd.next()
+                body = {"input": [{"type": "text", "text": "go"}]}
+                assert (await c.post(f"/api/sessions/{sid}/tasks", json=body)).status_code == 202
+                await rd.until(is_server("task_state", state="idle"))
+    finally:
+        child.process.send_signal(signal.SIGTERM)
+        with anyio.fail_after(20):
+            await child.process.wait()
+    kinds = [kind_of(r) for p in sorted(root.rglob(f"{sid}_*.jsonl")) for r in iter_trace(p)]
+    assert "tool_call_output" in kinds
+    assert ("workspace_snapshot" in kinds) is (configured is None)
