@@ -5,13 +5,15 @@ JSON reader against an explicit schema -- no Python loop over records -- and cre
 ``sessions``, ``records``, ``requests``, ``tool_calls``, ``usage`` and ``diagnostics``
 (``VIEWS``).  ``requests`` and ``usage`` fold the records exactly as the ``Usage`` projection
 does; damaged lines are rows of ``diagnostics``, never an error.  ``Fleet.report(name)`` runs a
-named report (``REPORTS``); ``Fleet.export_parquet(dir)`` writes the views as Parquet
+named report (``REPORTS``); ``open_fleet(home=..., cache=True)`` reads the views from the data
+root's incrementally refreshed Parquet cache (``_cache``); ``Fleet.export_parquet(dir)`` writes the views as Parquet
 partitioned by day.  DuckDB is imported on first use: importing this module is cheap and works
 without it (``AnalyticsUnavailable`` then says how to install it).
 """
 
 from __future__ import annotations
 
+from ._cache import CacheInfo
 from ._exceptions import INSTALL_HINT, AnalyticsError, AnalyticsUnavailable
 from ._fleet import Fleet, Result, open_fleet
 from ._reports import REPORTS
@@ -23,6 +25,7 @@ __all__ = [
     "VIEWS",
     "AnalyticsError",
     "AnalyticsUnavailable",
+    "CacheInfo",
     "Fleet",
     "Result",
     "open_fleet",

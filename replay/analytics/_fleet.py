@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from eventstore import MAX_LINE_BYTES
 
+from ._cache import CacheInfo, cached_views
 from ._exceptions import AnalyticsError, AnalyticsUnavailable
 from ._load import load
 from ._reports import REPORTS
@@ -57,11 +58,15 @@ class Fleet:
         files: list[TraceFile],
         *,
         read_only: bool = False,
+        cache: CacheInfo | None = None,
     ) -> None:
         self.connection = connection
         self.files = files
         self.read_only = read_only
-        self._fold_stored = False
+        #: What the Parquet cache did, when the views read it (``open_fleet(cache=True)``).
+        self.cache = cache
+        # The cached views read Parquet: there is no fold to compute.
+        self._fold_stored = cache is not None
 
     def __enter__(self) -> Fleet:
         return self
@@ -152,6 +157,7 @@ def open_fleet(
     max_line_bytes: int = MAX_LINE_BYTES,
     threads: int | None = None,
     read_only: bool = False,
+    cache: bool = False,
 ) -> Fleet:
     """Build the views over every trace file of a data root (``home``; default
     ``$PENGUIN_HOME``, else ``~/.penguin/data``) or of a glob (``traces``, ``**`` allowed).
@@ -165,6 +171,11 @@ def open_fleet(
     read nor write a file, attach a database, load an extension or change a setting (DuckDB's
     ``enable_external_access`` off, then ``lock_configuration`` on), and ``sql`` runs only
     statements DuckDB parses as reading ones; ``export_parquet`` needs a writable fleet.
+
+    ``cache`` (a data root only): the views read the root's Parquet cache
+    (``<home>/.cache/analytics-v1``), refreshed first -- only the bytes appended since the
+    last refresh are read, only the sessions whose files changed are folded again -- with the
+    same rows as without it.  A root where the cache cannot be written is read without it.
     """
     duckdb = _duckdb()
     if home is not None and traces is not None:
@@ -176,18 +187,29 @@ def open_fleet(
             env = os.environ.get("PENGUIN_HOME")
             home = env if env else Path("~/.penguin/data").expanduser()
         files = files_from_root(home)
+    every_file = files
     files = [
         f
         for f in files
         if (project is None or f.project == project) and (agent is None or f.agent == agent)
     ]
     con = duckdb.connect(":memory:")
+    info: CacheInfo | None = None
     try:
         if threads is not None:
             con.execute(f"SET threads = {int(threads)}")
-        load(con, files, max_line_bytes=max_line_bytes)
-        create_views(con)
+        if cache and home is not None:
+            show = None
+            if project is not None or agent is not None:
+                show = {f.session_id for f in files}
+            info = cached_views(con, home, every_file, show=show, max_line_bytes=max_line_bytes)
+        if info is None:
+            load(con, files, max_line_bytes=max_line_bytes)
+            create_views(con)
         if read_only:
+            if info is not None:
+                # The views read the cache's segments when a query runs: those files only.
+                con.execute("SET allowed_paths = ?", [list(info.segments)])
             con.execute("SET enable_external_access = false")
             con.execute("SET lock_configuration = true")
     except duckdb.Error as exc:
@@ -196,4 +218,4 @@ def open_fleet(
     except BaseException:
         con.close()
         raise
-    return Fleet(con, files, read_only=read_only)
+    return Fleet(con, files, read_only=read_only, cache=info)

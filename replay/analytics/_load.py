@@ -28,7 +28,15 @@ from ._views import KIND, RECORD_COLUMNS
 if TYPE_CHECKING:
     import duckdb
 
-__all__ = ["load"]
+__all__ = [
+    "classify_files",
+    "classify_slices",
+    "decide",
+    "finish",
+    "load",
+    "prepare",
+    "records_and_diagnostics",
+]
 
 # read_blob is handed this many paths per statement (one huge list binds slowly).
 _CHUNK: Final = 2000
@@ -141,14 +149,40 @@ def load(
     con: duckdb.DuckDBPyConnection, files: Sequence[TraceFile], *, max_line_bytes: int
 ) -> None:
     """Create ``_files``, ``_records`` and ``_diagnostics`` (temp tables) from ``files``."""
+    ordered = prepare(con, files, max_line_bytes=max_line_bytes)
+    classify_files(con, [f.path for f in ordered], max_line_bytes=max_line_bytes)
+    finish(con)
+
+
+def classify_files(
+    con: duckdb.DuckDBPyConnection, paths: Sequence[str], *, max_line_bytes: int
+) -> None:
+    """Add to ``_cls`` every line of the files ``paths`` (rows of ``_files``), whole."""
+    read = (
+        "(SELECT f.fid, b.content, 0 AS base_line, true AS at_start "
+        "FROM read_blob(?) b JOIN _files f ON f.path = b.filename)"
+    )
+    classify = _narrow(_classified(max_line_bytes, blobs=read))
+    for start in range(0, len(paths), _CHUNK):
+        con.execute(f"INSERT INTO _cls {classify}", [list(paths[start : start + _CHUNK])])
+
+
+def prepare(
+    con: duckdb.DuckDBPyConnection, files: Sequence[TraceFile], *, max_line_bytes: int
+) -> list[TraceFile]:
+    """The macros, ``_files`` and an empty ``_cls``; returns ``files`` in session order (the
+    order of their ``fid``)."""
     for macro in _MACROS:
         con.execute(macro)
     # Integer ids for files (``fid``, in session order: index, then path) and sessions
     # (``sid``): every later join, sort and partition is on them, not on path strings.
     ordered = sorted(files, key=lambda f: (f.session_id, f.index, f.path))
     sids: dict[str, int] = {}
-    for f in ordered:
+    positions: list[int] = []
+    for i, f in enumerate(ordered):
         sids.setdefault(f.session_id, len(sids))
+        new = i == 0 or ordered[i - 1].session_id != f.session_id
+        positions.append(0 if new else positions[-1] + 1)
     columns = [
         list(range(len(ordered))),
         [sids[f.session_id] for f in ordered],
@@ -158,12 +192,16 @@ def load(
         [f.project for f in ordered],
         [f.agent for f in ordered],
         [f.date for f in ordered],
+        positions,
     ]
+    # ``file_pos``: the file's place among its session's files, so that a record's ``seq``
+    # depends on its session only (a cache builds sessions one at a time).
     con.execute(
         "CREATE OR REPLACE TEMP TABLE _files AS SELECT * FROM (SELECT unnest(?)::INTEGER AS fid, "
         "unnest(?)::INTEGER AS sid, unnest(?)::VARCHAR AS path, unnest(?)::VARCHAR AS session_id, "
         "unnest(?)::INTEGER AS file_index, unnest(?)::VARCHAR AS project, "
-        "unnest(?)::VARCHAR AS agent, unnest(?)::VARCHAR AS date_dir)",
+        "unnest(?)::VARCHAR AS agent, unnest(?)::VARCHAR AS date_dir, "
+        "unnest(?)::INTEGER AS file_pos)",
         [c or [None] for c in columns],
     )
     con.execute("DELETE FROM _files WHERE path IS NULL")
@@ -171,16 +209,41 @@ def load(
     # is classified; ``_cls`` keeps the typed columns.
     # The first statement only gives ``_cls`` its columns (``_blobs`` is empty); the others
     # read the files' bytes straight into the classification, never into a table.
-    con.execute("CREATE OR REPLACE TEMP TABLE _blobs (fid INTEGER, content BLOB)")
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE _blobs "
+        "(fid INTEGER, content BLOB, base_line INTEGER, at_start BOOLEAN)"
+    )
     con.execute(f"CREATE OR REPLACE TEMP TABLE _cls AS {_narrow(_classified(max_line_bytes))}")
     con.execute("DROP TABLE _blobs")
-    read = "(SELECT f.fid, b.content FROM read_blob(?) b JOIN _files f ON f.path = b.filename)"
-    classify = _narrow(_classified(max_line_bytes, blobs=read))
-    paths = [f.path for f in ordered]
-    for start in range(0, len(paths), _CHUNK):
-        con.execute(f"INSERT INTO _cls {classify}", [paths[start : start + _CHUNK]])
-    _decide_the_rest(con)
-    _records_and_diagnostics(con)
+    return ordered
+
+
+def classify_slices(
+    con: duckdb.DuckDBPyConnection,
+    slices: Sequence[tuple[int, bytes, int, bool]],
+    *,
+    max_line_bytes: int,
+) -> None:
+    """Add to ``_cls`` the lines of byte slices of files: ``(fid, data, base_line, at_start)``
+    -- ``data`` read from a line boundary, ``base_line`` the physical lines before it,
+    ``at_start`` whether it starts the file (only there is a BOM dropped).  The verdicts are
+    those of the whole file's lines (the incremental cache, ``_cache``)."""
+    if not slices:
+        return
+    blobs = (
+        "(SELECT unnest(?)::INTEGER AS fid, unnest(?)::BLOB AS content, "
+        "unnest(?)::INTEGER AS base_line, unnest(?)::BOOLEAN AS at_start)"
+    )
+    con.execute(
+        f"INSERT INTO _cls {_narrow(_classified(max_line_bytes, blobs=blobs))}",
+        [[s[i] for s in slices] for i in range(4)],
+    )
+
+
+def finish(con: duckdb.DuckDBPyConnection) -> None:
+    """Decide the lines the SQL left open, then build ``_records`` and ``_diagnostics``."""
+    decide(con)
+    records_and_diagnostics(con)
 
 
 # ``lines``: one row per physical line of the files in ``_blobs``; ``line`` is NULL when it is
@@ -188,24 +251,25 @@ def load(
 # byte-aligned), so that only its bad lines are bad.
 _LINES: Final = """
     txt AS (
-        SELECT fid, try(decode(content)) AS text, content FROM {blobs}
+        SELECT fid, try(decode(content)) AS text, content, base_line, at_start FROM {blobs}
     ), good AS (
-        SELECT fid, string_split(
-            CASE WHEN starts_with(text, chr(65279)) THEN text[2:] ELSE text END, chr(10)
+        SELECT fid, base_line, string_split(
+            CASE WHEN at_start AND starts_with(text, chr(65279)) THEN text[2:] ELSE text END,
+            chr(10)
         ) AS parts
         FROM txt WHERE text IS NOT NULL
     ), bad AS (
-        SELECT fid, string_split(regexp_replace(
-            CASE WHEN starts_with(hex(content), 'EFBBBF') THEN hex(content)[7:]
+        SELECT fid, base_line, string_split(regexp_replace(
+            CASE WHEN at_start AND starts_with(hex(content), 'EFBBBF') THEN hex(content)[7:]
                  ELSE hex(content) END, '(..)', '<\\1>', 'g'), '<0A>') AS parts
         FROM txt WHERE text IS NULL
     ), good_lines AS (
-        SELECT fid, generate_subscripts(parts, 1) AS line_no, unnest(parts) AS line,
-               len(parts) AS n_parts
+        SELECT fid, base_line + generate_subscripts(parts, 1) AS line_no,
+               unnest(parts) AS line, base_line + len(parts) AS n_parts
         FROM good
     ), bad_lines AS (
-        SELECT fid, generate_subscripts(parts, 1) AS line_no, unnest(parts) AS piece,
-               len(parts) AS n_parts
+        SELECT fid, base_line + generate_subscripts(parts, 1) AS line_no,
+               unnest(parts) AS piece, base_line + len(parts) AS n_parts
         FROM bad
     ), lines AS (
         SELECT fid, line_no, line, strlen(line) AS nbytes, n_parts FROM good_lines
@@ -243,7 +307,7 @@ def _narrow(source: str) -> str:
 
 def _classified(max_line_bytes: int, *, blobs: str = "_blobs") -> str:
     """The source of ``_cls``: the non-blank lines, each with its verdict -- ``+`` a record, ``-why`` a bad
-    line, NULL not decided yet (``_decide_the_rest``) -- and a record's typed columns.  The
+    line, NULL not decided yet (``decide``) -- and a record's typed columns.  The
     SQL decides the lines our writer (and the reference's) writes: envelope keys in canonical
     order, no ``origin``, nothing ``msgspec`` could judge otherwise."""
     limit = int(max_line_bytes)
@@ -279,7 +343,7 @@ def _classified(max_line_bytes: int, *, blobs: str = "_blobs") -> str:
     )"""
 
 
-def _decide_the_rest(con: duckdb.DuckDBPyConnection) -> None:
+def decide(con: duckdb.DuckDBPyConnection) -> None:
     rows = con.execute(
         "SELECT fid, line_no, unterminated, nbytes, line FROM _cls WHERE verdict IS NULL"
     ).fetchall()
@@ -301,7 +365,7 @@ def _decide_the_rest(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
-def _records_and_diagnostics(con: duckdb.DuckDBPyConnection) -> None:
+def records_and_diagnostics(con: duckdb.DuckDBPyConnection) -> None:
     # R-ROOT-10: the highest-index file of a session is crash residue when it holds no
     # session_meta, or (index > 1) nothing beyond its rotation head.
     con.execute(
@@ -337,7 +401,7 @@ def _records_and_diagnostics(con: duckdb.DuckDBPyConnection) -> None:
         )
         SELECT f.sid, f.file_index, o.ordinal,
             -- the position in the session: files in session order, then lines
-            (c.fid::BIGINT << 32) + c.line_no AS seq,
+            (f.file_pos::BIGINT << 32) + c.line_no AS seq,
             c.* EXCLUDE (unterminated, verdict, line, head)
         FROM _cls c JOIN o USING (fid, line_no) JOIN _files f ON f.fid = c.fid
         WHERE c.verdict = '+' AND c.fid NOT IN (SELECT fid FROM _residue)

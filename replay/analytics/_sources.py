@@ -68,11 +68,14 @@ def files_from_root(home: str | os.PathLike[str]) -> list[TraceFile]:
             traces = agents / agent / "traces"
             for date in _dirs(traces, real_root):
                 for entry in _scandir(traces / date):
-                    if parse_trace_name(entry.name) is None or not entry.is_file():
+                    parsed = parse_trace_name(entry.name)
+                    if parsed is None or not entry.is_file():
                         continue
                     if entry.is_symlink():
                         _inside(Path(entry.path), real_root)
-                    found.append(_describe(Path(entry.path)))
+                    # Described from the walk, not by ``_describe``: a Path per file costs more
+                    # than the rest of a warm cached report (``_cache``).
+                    found.append(TraceFile(entry.path, parsed[0], parsed[1], project, agent, date))
     return found
 
 

@@ -65,7 +65,12 @@ TracesOpt = Annotated[
 
 @contextmanager
 def _fleet(
-    ctx: typer.Context, home: Path | None, traces: str | None, *, read_only: bool = False
+    ctx: typer.Context,
+    home: Path | None,
+    traces: str | None,
+    *,
+    read_only: bool = False,
+    cache: bool = False,
 ) -> Iterator[Fleet]:
     from replay.analytics import AnalyticsError, AnalyticsUnavailable
     from replay.analytics import open_fleet as _open_fleet
@@ -80,6 +85,7 @@ def _fleet(
             project=g.project,
             agent=g.agent,
             read_only=read_only,
+            cache=cache and traces is None,
         )
     except AnalyticsUnavailable as exc:
         raise CliError(str(exc)) from None
@@ -155,12 +161,22 @@ def query(
             metavar="NAME",
         ),
     ] = None,
+    cache: Annotated[
+        bool,
+        typer.Option(
+            "--cache/--no-cache",
+            help="Read the data root's Parquet cache of the views (<home>/.cache/analytics-v1), "
+            "refreshed first with what changed; --no-cache reads every trace file.",
+        ),
+    ] = True,
 ) -> None:
     """SQL over every session's trace with DuckDB (needs the `analytics` extra).
 
     Views: sessions, records, requests (one row per request span, as `stats`), tool_calls,
     usage (one row per token_usage), diagnostics (damaged lines, skipped as the reader skips
     them).  Example: penguin query "SELECT model, sum(total) FROM requests GROUP BY model".
+    On a data root the views come from its Parquet cache, refreshed from the bytes appended
+    since the last query (delete <home>/.cache/analytics-v1 at any time: it is rebuilt).
     """
     from replay.analytics import AnalyticsError
 
@@ -169,7 +185,7 @@ def query(
             raise CliError("give SQL or --report NAME (one of them)")
         if report is not None and report not in REPORT_NAMES:
             raise CliError(f"unknown report {report!r}; choose one of {', '.join(REPORT_NAMES)}")
-        with _fleet(ctx, home, traces, read_only=True) as fleet:
+        with _fleet(ctx, home, traces, read_only=True, cache=cache) as fleet:
             try:
                 result = fleet.report(report) if report is not None else fleet.sql(sql or "")
             except AnalyticsError as exc:

@@ -1,0 +1,440 @@
+"""The incremental Parquet cache of the analytics views, under a data root.
+
+Owns: ``<home>/.cache/analytics-v1/`` -- a manifest (JSON) and Parquet segments in two
+layers: ``lines`` (each trace file's classified lines, the ``_cls`` rows of ``_load``, appended
+by byte offsets read with ``eventstore.tail``) and one per public view (each session's rows,
+rebuilt from ``lines`` when one of its files changed) -- the refresh that brings them up to
+date with the files, and the views of a cached fleet over the segments.  Does not: decide a
+line or fold a record: the SQL of ``_load`` and ``_views`` does, exactly as without the cache.
+
+The cache is a projection, never a source of truth: deleting the directory loses nothing
+(the next query rebuilds it), and a file that shrank, was replaced (another inode, or the
+bytes before the cursor differ) or disappeared is read again from its start or dropped.  A
+session's view rows are valid while every one of its files has the size, modification time
+and inode recorded when they were computed; a file's classified lines while its inode is the
+same and the last bytes before its cursor are unchanged.  Rows are tagged with a generation
+(``gen``): a file or session read again gets a new one, and only the manifest's generations
+are read, so segments that a concurrent refresh wrote are never counted twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import msgspec
+
+from eventstore import tail, write_private
+
+from ._load import classify_files, classify_slices, decide, prepare, records_and_diagnostics
+from ._sources import TraceFile
+from ._views import VIEWS, create_views, store_fold
+
+if TYPE_CHECKING:
+    import duckdb
+
+__all__ = ["CacheInfo", "cache_dir", "cached_views"]
+
+_DIR: Final = ("analytics-v1",)
+_LINES: Final = "lines"
+_LAYERS: Final = (_LINES, *VIEWS)
+# A layer with more segments than this is rewritten into one (dead generations dropped).
+_MAX_SEGMENTS: Final = 8
+# A segment a compaction replaced is deleted this much later: a query that opened the old
+# manifest may still be reading it.
+_RETIRE_S: Final = 600.0
+# How many bytes before a file's cursor must be unchanged for its cached lines to stay valid.
+_CHECK_BYTES: Final = 256
+
+FileKey = tuple[str, int, int, int]  # path, size, mtime_ns, inode
+
+
+class _File(msgspec.Struct, array_like=True):
+    gen: int
+    offset: int
+    ordinal: int
+    line: int
+    ino: int
+    check: str
+
+
+class _Session(msgspec.Struct, array_like=True):
+    gen: int
+    files: list[FileKey]
+
+
+class _Manifest(msgspec.Struct):
+    version: int = 1
+    max_line_bytes: int = 0
+    next_gen: int = 1
+    files: dict[str, _File] = {}
+    sessions: dict[str, _Session] = {}
+    segments: dict[str, list[str]] = {}
+    retired: dict[str, float] = {}
+
+    def gen(self) -> int:
+        self.next_gen += 1
+        return self.next_gen - 1
+
+
+@dataclass(frozen=True, slots=True)
+class CacheInfo:
+    """What a refresh did: where the cache is, how many sessions' rows it rebuilt, how many
+    files it read and how many bytes of them (appended bytes only, for a grown file)."""
+
+    path: Path
+    sessions_rebuilt: int
+    files_read: int
+    bytes_read: int
+    #: The segment files the views read.
+    segments: tuple[str, ...] = ()
+
+
+def cache_dir(home: str | os.PathLike[str]) -> Path:
+    """The cache's directory under the data root ``home``."""
+    return Path(home).expanduser().absolute() / ".cache" / _DIR[0]
+
+
+def _load_manifest(directory: Path, max_line_bytes: int) -> _Manifest:
+    try:
+        m = msgspec.json.decode((directory / "manifest.json").read_bytes(), type=_Manifest)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return _Manifest(max_line_bytes=max_line_bytes)
+    segments_there = all((directory / s).is_file() for segs in m.segments.values() for s in segs)
+    if m.version != 1 or m.max_line_bytes != max_line_bytes or not segments_there:
+        return _Manifest(max_line_bytes=max_line_bytes)
+    return m
+
+
+def _tail_hash(path: str, offset: int) -> str:
+    """A hash of the bytes just before ``offset``: unchanged while the file only grew."""
+    start = max(0, offset - _CHECK_BYTES)
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        data = fh.read(offset - start)
+    if len(data) != offset - start:
+        return ""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def _read(
+    path: str, known: _File | None, ino: int, size: int, m: _Manifest, max_line_bytes: int
+) -> tuple[_File, _File, bytes | None, bytes]:
+    """The cursor the read starts from (the old one while the cached lines before it are
+    valid, else a new generation at 0), the new cursor, the new complete lines (``None``: the
+    whole file is read, from its path), and the bytes after them (an unterminated last line,
+    or lines appended meanwhile: classified for this query, never cached)."""
+    valid = (
+        known is not None
+        and known.ino == ino
+        and known.offset <= size
+        and _tail_hash(path, known.offset) == known.check
+    )
+    if not valid or known is None:
+        # Read from the start: DuckDB reads the file itself (``read_blob``); the cursor is
+        # where its complete lines end.
+        with open(path, "rb") as fh:
+            data = fh.read()
+        cut = data.rfind(b"\n") + 1
+        start = _File(gen=m.gen(), offset=0, ordinal=0, line=0, ino=ino, check="")
+        state = _File(
+            gen=start.gen,
+            offset=cut,
+            ordinal=0,
+            line=data.count(b"\n", 0, cut),
+            ino=ino,
+            check=_tail_hash(path, cut),
+        )
+        return start, state, None, b""
+    # Only what was appended: ``tail`` from the cursor (complete lines; an unterminated last
+    # line is never consumed), then those bytes and the rest.
+    read = tail(
+        path, known.offset, ordinal=known.ordinal, line=known.line, max_line_bytes=max_line_bytes
+    )
+    with open(path, "rb") as fh:
+        fh.seek(known.offset)
+        new = fh.read(read.offset - known.offset)
+        rest = fh.read()
+    state = _File(
+        gen=known.gen,
+        offset=read.offset,
+        ordinal=read.ordinal,
+        line=read.line,
+        ino=ino,
+        check=_tail_hash(path, read.offset),
+    )
+    return known, state, new, rest
+
+
+def cached_views(
+    con: duckdb.DuckDBPyConnection,
+    home: str | os.PathLike[str],
+    files: Sequence[TraceFile],
+    *,
+    show: set[str] | None,
+    max_line_bytes: int,
+) -> CacheInfo | None:
+    """Refresh the cache of ``home`` for ``files`` (every trace file of the root), then create
+    the public views over its segments for the sessions ``show`` (all when ``None``).  Returns
+    ``None``, having created nothing, when the cache cannot be written (a read-only root): the
+    caller builds the views from the files instead."""
+    directory = cache_dir(home)
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError:
+        return None
+    m = _load_manifest(directory, max_line_bytes)
+    stats: dict[str, os.stat_result] = {}
+    by_session: dict[str, list[TraceFile]] = {}
+    for f in files:
+        try:
+            stats[f.path] = os.stat(f.path)
+        except OSError:
+            continue
+        by_session.setdefault(f.session_id, []).append(f)
+    keys = {
+        sid: sorted(
+            (f.path, stats[f.path].st_size, stats[f.path].st_mtime_ns, stats[f.path].st_ino)
+            for f in fs
+        )
+        for sid, fs in by_session.items()
+    }
+    dirty = sorted(
+        sid for sid, k in keys.items() if sid not in m.sessions or m.sessions[sid].files != k
+    )
+    gone = [sid for sid in m.sessions if sid not in keys]
+    info = CacheInfo(directory, len(dirty), 0, 0)
+    if dirty or gone or any(layer not in m.segments for layer in _LAYERS):
+        try:
+            info = _rebuild(con, directory, m, by_session, keys, dirty, gone, stats, max_line_bytes)
+        except OSError:
+            _drop_build_tables(con)
+            return None
+    _create_cached_views(con, directory, m, show)
+    segments = tuple(str(directory / s) for segs in m.segments.values() for s in segs)
+    return CacheInfo(info.path, info.sessions_rebuilt, info.files_read, info.bytes_read, segments)
+
+
+def _rebuild(
+    con: duckdb.DuckDBPyConnection,
+    directory: Path,
+    m: _Manifest,
+    by_session: dict[str, list[TraceFile]],
+    keys: dict[str, list[FileKey]],
+    dirty: list[str],
+    gone: list[str],
+    stats: dict[str, os.stat_result],
+    max_line_bytes: int,
+) -> CacheInfo:
+    ordered = prepare(
+        con, [f for sid in dirty for f in by_session[sid]], max_line_bytes=max_line_bytes
+    )
+    slices: list[tuple[int, bytes, int, bool]] = []
+    whole: list[str] = []  # files read from their start
+    keep: list[tuple[int, str, int, int]] = []  # fid, path, gen, last cached line
+    persist: list[tuple[int, str, int, int]] = []  # fid, path, gen, last line to cache
+    states: dict[str, _File] = {}
+    read_bytes = 0
+    for fid, f in enumerate(ordered):
+        st = stats[f.path]
+        try:
+            start, state, new, rest = _read(
+                f.path, m.files.get(f.path), st.st_ino, st.st_size, m, max_line_bytes
+            )
+        except FileNotFoundError:
+            continue  # gone since the listing: like a file listed and then deleted
+        if start.line:
+            keep.append((fid, f.path, state.gen, start.line))
+        if new is None:
+            whole.append(f.path)
+            read_bytes += st.st_size
+        elif new:
+            slices.append((fid, new, start.line, start.offset == 0))
+        if rest:
+            slices.append((fid, rest, state.line, state.offset == 0))
+        if new is None or new:
+            persist.append((fid, f.path, state.gen, state.line))
+        read_bytes += len(new or b"") + len(rest)
+        states[f.path] = state
+    classify_files(con, whole, max_line_bytes=max_line_bytes)
+    classify_slices(con, slices, max_line_bytes=max_line_bytes)
+    decide(con)
+    written: dict[str, str] = {}
+    if persist:
+        _table(
+            con,
+            "_persist",
+            ["fid", "path", "gen", "upto"],
+            persist,
+            ["INTEGER", "VARCHAR", "BIGINT", "BIGINT"],
+        )
+        written[_LINES] = _copy(
+            con,
+            directory,
+            "SELECT p.path, p.gen, c.* EXCLUDE (fid, line) FROM _cls c "
+            "JOIN _persist p USING (fid) WHERE c.line_no <= p.upto",
+        )
+    if keep and m.segments.get(_LINES):
+        _table(
+            con,
+            "_keep",
+            ["fid", "path", "gen", "upto"],
+            keep,
+            ["INTEGER", "VARCHAR", "BIGINT", "BIGINT"],
+        )
+        con.execute(
+            "INSERT INTO _cls BY NAME SELECT k.fid, NULL::VARCHAR AS line, "
+            f"c.* EXCLUDE (path, gen) FROM read_parquet({_list(directory, m.segments[_LINES])}) c "
+            "JOIN _keep k ON c.path = k.path AND c.gen = k.gen AND c.line_no <= k.upto"
+        )
+    records_and_diagnostics(con)
+    create_views(con)
+    store_fold(con)
+    for sid in gone:
+        del m.sessions[sid]
+    for sid in dirty:
+        m.sessions[sid] = _Session(gen=m.gen(), files=keys[sid])
+    _table(
+        con,
+        "_sgen",
+        ["session_id", "gen"],
+        [(sid, m.sessions[sid].gen) for sid in dirty],
+        ["VARCHAR", "BIGINT"],
+    )
+    for view in VIEWS:
+        written[view] = _copy(
+            con,
+            directory,
+            f"SELECT v.*, g.gen AS _gen FROM {view} v JOIN _sgen g USING (session_id)",
+        )
+    _drop_build_tables(con)
+    listed = {f.path for fs in by_session.values() for f in fs}
+    m.files = {p: s for p, s in m.files.items() if p in listed and p not in states} | states
+    for layer, name in written.items():
+        m.segments.setdefault(layer, []).append(name)
+    _compact(con, directory, m)
+    write_private(directory / "manifest.json", msgspec.json.encode(m))
+    _forget_retired(directory, m)
+    return CacheInfo(directory, len(dirty), len(states), read_bytes)
+
+
+def _table(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    columns: list[str],
+    rows: Sequence[tuple[object, ...]],
+    types: list[str],
+) -> None:
+    select = ", ".join(f"unnest(?)::{t} AS {c}" for c, t in zip(columns, types, strict=True))
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM (SELECT {select})",
+        [[r[i] for r in rows] or [None] for i in range(len(columns))],
+    )
+    con.execute(f"DELETE FROM {name} WHERE {columns[0]} IS NULL")
+
+
+def _quote(path: Path) -> str:
+    return "'" + path.as_posix().replace("'", "''") + "'"
+
+
+def _list(directory: Path, names: list[str]) -> str:
+    return "[" + ", ".join(_quote(directory / n) for n in names) + "]"
+
+
+def _copy(con: duckdb.DuckDBPyConnection, directory: Path, select: str) -> str:
+    """Write ``select``'s rows as a new segment; its file name."""
+    name = f"{uuid.uuid4().hex}.parquet"
+    con.execute(f"COPY ({select}) TO {_quote(directory / name)} (FORMAT parquet)")
+    os.chmod(directory / name, 0o600)
+    return name
+
+
+def _live_sessions(m: _Manifest) -> list[tuple[str, int]]:
+    return [(sid, s.gen) for sid, s in m.sessions.items()]
+
+
+def _compact(con: duckdb.DuckDBPyConnection, directory: Path, m: _Manifest) -> None:
+    """Rewrite a layer of too many segments into one, keeping only live generations."""
+    for layer in _LAYERS:
+        segments = m.segments.get(layer, [])
+        if len(segments) <= _MAX_SEGMENTS:
+            continue
+        source = f"read_parquet({_list(directory, segments)})"
+        if layer == _LINES:
+            _table(
+                con,
+                "_live",
+                ["path", "gen", "upto"],
+                [(p, s.gen, s.line) for p, s in m.files.items()],
+                ["VARCHAR", "BIGINT", "BIGINT"],
+            )
+            select = (
+                f"SELECT c.* FROM {source} c SEMI JOIN _live l "
+                "ON c.path = l.path AND c.gen = l.gen AND c.line_no <= l.upto"
+            )
+        else:
+            _table(con, "_live", ["session_id", "gen"], _live_sessions(m), ["VARCHAR", "BIGINT"])
+            select = (
+                f"SELECT v.* FROM {source} v SEMI JOIN _live l "
+                "ON v.session_id = l.session_id AND v._gen = l.gen"
+            )
+        name = _copy(con, directory, select)
+        con.execute("DROP TABLE _live")
+        now = time.time()
+        for old in segments:
+            m.retired[old] = now
+        m.segments[layer] = [name]
+
+
+def _forget_retired(directory: Path, m: _Manifest) -> None:
+    """Delete segments retired long enough ago, and files no manifest names (a refresh that
+    lost a race, or a crash mid-write) once they are as old."""
+    now = time.time()
+    named = {s for segs in m.segments.values() for s in segs}
+    for entry in os.scandir(directory):
+        if not entry.name.endswith(".parquet") or entry.name in named:
+            continue
+        try:
+            if now - entry.stat().st_mtime > _RETIRE_S:
+                os.unlink(entry.path)
+                m.retired.pop(entry.name, None)
+        except OSError:
+            pass
+    m.retired = {k: v for k, v in m.retired.items() if (directory / k).exists()}
+
+
+def _drop_build_tables(con: duckdb.DuckDBPyConnection) -> None:
+    for view in (*VIEWS, "_fold", "_ev"):
+        con.execute(f"DROP VIEW IF EXISTS {view}")
+    for table in (
+        "_fold_stored",
+        "_sessions",
+        "_records",
+        "_diagnostics",
+        "_residue",
+        "_cls",
+        "_files",
+        "_persist",
+        "_keep",
+        "_sgen",
+    ):
+        con.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+def _create_cached_views(
+    con: duckdb.DuckDBPyConnection, directory: Path, m: _Manifest, show: set[str] | None
+) -> None:
+    live = [(sid, gen) for sid, gen in _live_sessions(m) if show is None or sid in show]
+    _table(con, "_live", ["session_id", "gen"], live, ["VARCHAR", "BIGINT"])
+    for view in VIEWS:
+        con.execute(
+            f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT v.* EXCLUDE (_gen) "
+            f"FROM read_parquet({_list(directory, m.segments[view])}) v "
+            "SEMI JOIN _live l ON v.session_id = l.session_id AND v._gen = l.gen"
+        )
