@@ -22,6 +22,10 @@ from ._dirs import (
     make_private_dirs as make_private_dirs,
     sync_dir as sync_dir,
 )
+from ._discovery import (
+    OutsideRootWarning as OutsideRootWarning,
+    find_trace_files as find_trace_files,
+)
 from ._exceptions import (
     RecordTooLarge as RecordTooLarge,
     SessionLocked as SessionLocked,

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import warnings
 from collections.abc import Generator, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -27,6 +26,8 @@ from typing import Final, Literal, NamedTuple
 
 from ._codec import decode
 from ._dirs import make_private_dirs
+from ._discovery import OutsideCheck as _OutsideCheck
+from ._discovery import OutsideRootWarning
 from ._lock import lock_path_of, take_lock
 from ._names import parse_trace_name, trace_file_name
 from ._private import write_private
@@ -436,28 +437,6 @@ class DataRoot:
         except (FileNotFoundError, NotADirectoryError):
             return []
         return sorted((e.name, Path(e.path), e.is_symlink()) for e in entries if e.is_file())
-
-
-class OutsideRootWarning(UserWarning):
-    """A listing left out an entry whose symlink resolves outside the data root (R-ROOT-9)."""
-
-
-class _OutsideCheck:
-    """Whether a symlinked path resolves under ``root``: raise, or warn and skip it."""
-
-    def __init__(self, root: Path, *, skip: bool) -> None:
-        self._root = root
-        self._skip = skip
-
-    def __call__(self, path: Path) -> bool:
-        resolved = path.resolve()
-        if resolved == self._root or resolved.is_relative_to(self._root):
-            return True
-        message = f"path resolves outside the data root {self._root}: {path} -> {resolved}"
-        if not self._skip:
-            raise ValueError(message)
-        warnings.warn(f"skipped {path}: {message}", OutsideRootWarning, stacklevel=4)
-        return False
 
 
 # --------------------------------------------------------------------------- file peeks

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Final
 
-from eventstore import TraceDecodeError, decode, parse_trace_name
+from eventstore import TraceDecodeError, decode, find_trace_files, parse_trace_name
 
 from ._checks import FileChecker, FileSummary, Finding, Severity
 
@@ -169,16 +169,17 @@ def validate_session(paths: Sequence[Path], *, strict: bool = False) -> list[Fin
 
 
 def validate_paths(paths: Iterable[Path], *, strict: bool = False) -> list[Finding]:
-    """Validate files and directories (searched recursively for ``*.jsonl``; ``*.lock`` files are
-    ignored), grouping the files into sessions by the id in their names within one ``traces``
-    directory (the parent of the date directories).  Raises ``FileNotFoundError`` for a path that
-    does not exist."""
+    """Validate files and directories (searched for ``*.jsonl`` by
+    ``eventstore.find_trace_files``: a symlink out of a directory is skipped with a warning;
+    ``*.lock`` files are ignored), grouping the files into sessions by the id in their names
+    within one ``traces`` directory (the parent of the date directories).  Raises
+    ``FileNotFoundError`` for a path that does not exist."""
     seen: set[Path] = set()
     files: list[Path] = []
     for p in paths:
         p = Path(p)
         if p.is_dir():
-            found = sorted(q for q in p.rglob("*.jsonl") if q.is_file())
+            found = find_trace_files(p)  # the store's symlink rule (R-ROOT-9)
         elif p.exists():
             found = [p]
         else:

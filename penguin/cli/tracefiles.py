@@ -8,7 +8,6 @@ file, or resolve a session argument (``targets``).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -16,7 +15,6 @@ from pathlib import Path
 from eventstore import parse_trace_name
 
 from .errors import CliError
-from .terminal.console import warn
 from .terminal.safe import safe
 
 __all__ = ["find_trace_files", "group_sessions", "sniff_trace", "total_bytes", "trace_name"]
@@ -42,24 +40,12 @@ def sniff_trace(path: Path) -> None:
 
 
 def find_trace_files(directory: Path) -> list[Path]:
-    """Every ``*.jsonl`` file under ``directory``, sorted.  Symlinked directories are not
-    entered, and a symlinked file that resolves outside ``directory`` is left out with a
-    warning on stderr (R-ROOT-9: nothing outside is read through a link)."""
-    base = directory.resolve()
-    found: list[Path] = []
-    for parent, _dirs, names in os.walk(directory, followlinks=False):
-        for name in names:
-            if not name.endswith(".jsonl"):
-                continue
-            path = Path(parent) / name
-            if path.is_symlink():
-                target = path.resolve()
-                if not target.is_relative_to(base):
-                    warn(f"skipped {path}: a symlink to {target}, outside {directory}")
-                    continue
-            if path.is_file():
-                found.append(path)
-    return sorted(found)
+    """Every ``*.jsonl`` file under ``directory``, sorted, by the store's one symlink rule
+    (``eventstore.find_trace_files``, R-ROOT-9): a link resolving outside ``directory`` is left
+    out with a warning on stderr."""
+    from eventstore import find_trace_files as find
+
+    return find(directory)
 
 
 def group_sessions(files: Iterable[Path]) -> dict[tuple[Path, str] | Path, list[Path]]:
