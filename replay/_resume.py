@@ -35,7 +35,7 @@ from eventstore import (
 )
 from projections import FileSummary, ModelContext, SessionState, summarize_file
 
-__all__ = ["load_session", "resume_session"]
+__all__ = ["folded_state", "load_session", "resume_session"]
 
 
 def _meta_of(record: OmniMessage) -> OmniMessage | None:
@@ -186,6 +186,17 @@ def _fold_earlier(
                 state.apply(record)
     if store:
         cache.save()
+
+
+def folded_state(paths: list[Path]) -> SessionState:
+    """The state folded from a session's files in order (R-PROJ-1): the earlier ones through
+    their summaries (the sidecar's when current, R-TRACE-19), the last record by record.
+    Takes no lock and writes nothing (analytics' ``status`` column)."""
+    state = SessionState()
+    _fold_earlier(state, paths[:-1], sidecar=paths[-1], store=False, call_ids=None)
+    for record in iter_trace(paths[-1], report=False):
+        state.apply(record)
+    return state
 
 
 # Session.create's keyword options that a resume takes (system_prompt is the recorded one).

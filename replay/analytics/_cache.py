@@ -308,10 +308,12 @@ def _rebuild(
         ["VARCHAR", "BIGINT"],
     )
     for view in VIEWS:
+        # R-SET-5: a session's status asks its lock when a query runs: never cached.
+        rows = "v.* EXCLUDE (status)" if view == "sessions" else "v.*"
         written[view] = _copy(
             con,
             directory,
-            f"SELECT v.*, g.gen AS _gen FROM {view} v JOIN _sgen g USING (session_id)",
+            f"SELECT {rows}, g.gen AS _gen FROM {view} v JOIN _sgen g USING (session_id)",
         )
     _drop_build_tables(con)
     listed = {f.path for fs in by_session.values() for f in fs}
@@ -433,6 +435,14 @@ def _create_cached_views(
     live = [(sid, gen) for sid, gen in _live_sessions(m) if show is None or sid in show]
     _table(con, "_live", ["session_id", "gen"], live, ["VARCHAR", "BIGINT"])
     for view in VIEWS:
+        if view == "sessions":  # R-SET-5: the status is the live one (``_status``), not cached
+            con.execute(
+                "CREATE OR REPLACE TEMP VIEW sessions AS SELECT v.* EXCLUDE (_gen), "
+                f"st.status FROM read_parquet({_list(directory, m.segments[view])}) v "
+                "LEFT JOIN _status st USING (session_id) "
+                "SEMI JOIN _live l ON v.session_id = l.session_id AND v._gen = l.gen"
+            )
+            continue
         con.execute(
             f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT v.* EXCLUDE (_gen) "
             f"FROM read_parquet({_list(directory, m.segments[view])}) v "

@@ -20,6 +20,7 @@ from ._exceptions import AnalyticsError, AnalyticsUnavailable
 from ._load import load
 from ._reports import REPORTS
 from ._sources import TraceFile, files_from_glob, files_from_root
+from ._status import create_status_table, reads_sessions, store_status
 from ._views import FOLD_READERS, VIEWS, create_views, store_fold
 
 if TYPE_CHECKING:
@@ -67,6 +68,7 @@ class Fleet:
         self.cache = cache
         # The cached views read Parquet: there is no fold to compute.
         self._fold_stored = cache is not None
+        self._status_stored = False
 
     def __enter__(self) -> Fleet:
         return self
@@ -97,6 +99,9 @@ class Fleet:
             if not self._fold_stored and FOLD_READERS.search(query):
                 store_fold(self.connection)
                 self._fold_stored = True
+            if not self._status_stored and reads_sessions(query):
+                store_status(self.connection, self.files)  # R-SET-5, on first use
+                self._status_stored = True
             cursor = self.connection.execute(query, parameters or [])
             columns = [d[0] for d in cursor.description or []]
             rows = cursor.fetchall() if columns else []
@@ -198,6 +203,8 @@ def open_fleet(
     try:
         if threads is not None:
             con.execute(f"SET threads = {int(threads)}")
+        # R-SET-5: the status column is never cached (it asks the locks when a query runs).
+        create_status_table(con)
         if cache and home is not None:
             show = None
             if project is not None or agent is not None:

@@ -129,8 +129,8 @@ _SQL: Final = [
     """
     CREATE OR REPLACE TEMP VIEW sessions AS
     SELECT session_id, project, agent, workspace, provider, model, created, files, records,
-        last_activity, source, day
-    FROM _sessions
+        last_activity, source, day, st.status
+    FROM _sessions LEFT JOIN _status st USING (session_id)
     """,
     """
     CREATE OR REPLACE TEMP VIEW records AS

@@ -189,6 +189,31 @@ def test_an_open_session_reads_running_only_while_its_writer_holds_the_lock(
     assert row["status"] == "interrupted"
 
 
+def test_show_and_query_give_the_same_one_status_r_set_5(tmp_path: Path) -> None:
+    """R-SET-5: ``penguin show`` and the analytics ``sessions`` view (``penguin query``) say
+    what ``penguin sessions`` says: running while the writer holds the lock, then interrupted."""
+    from eventstore import TraceWriter
+
+    home = tmp_path / "home"
+    sid = sid_of(1)
+    writer = TraceWriter(trace_file(home, sid=sid), fsync="never")
+    for record in [meta(sid), b.user_text("go"), *turn("first"), b.user_text("more")]:
+        writer.append(record)
+    writer.append(b.request_begin())
+
+    def statuses() -> tuple[str, str, str]:
+        shown = json.loads(invoke("--home", home, "show", sid, "--json").stdout)["status"]
+        text = invoke("--home", home, "show", sid).stdout.splitlines()[0]
+        query = invoke("--home", home, "query", "SELECT status FROM sessions", "--format", "json")
+        assert query.exit_code == 0, query.output
+        (row,) = json.loads(query.stdout)
+        return shown, text, row["status"]
+
+    assert statuses() == ("running", "status: running", "running")
+    writer.close()
+    assert statuses() == ("interrupted", "status: interrupted", "interrupted")
+
+
 # --------------------------------------------------------------------------- item 11
 
 
