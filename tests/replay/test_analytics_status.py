@@ -39,7 +39,10 @@ def test_the_status_of_every_fixture_is_the_projections_r_set_5() -> None:
     assert {"completed", "interrupted"} <= set(found.values())
 
 
-def test_an_open_run_is_running_while_locked_then_interrupted_r_set_5(tmp_path: Path) -> None:
+@pytest.mark.parametrize("cache", [False, True], ids=["direct", "parquet-cache"])
+def test_an_open_run_is_running_while_locked_then_interrupted_r_set_5(
+    tmp_path: Path, cache: bool
+) -> None:
     home = tmp_path / "home"
     folder = home / "default_project" / "agents" / "default_agent" / "traces" / "2026-07-01"
     folder.mkdir(parents=True)
@@ -57,9 +60,10 @@ def test_an_open_run_is_running_while_locked_then_interrupted_r_set_5(tmp_path: 
         writer.append(record)
     query = "SELECT status FROM sessions"
     try:
-        with open_fleet(home=home, read_only=True) as fleet:  # as `penguin query` opens it
+        # As `penguin query` opens it; a cached fleet keeps no status (it asks the lock).
+        with open_fleet(home=home, read_only=True, cache=cache) as fleet:
             assert fleet.sql(query).rows == [("running",)]
     finally:
         writer.close()
-    with open_fleet(home=home, read_only=True) as fleet:
+    with open_fleet(home=home, read_only=True, cache=cache) as fleet:
         assert fleet.sql(query).rows == [("interrupted",)]
