@@ -5,7 +5,7 @@ root with ``ReplayLLM`` + ``ReplayEnvironment`` + the recorded approvals, one ru
 Prompt), the normalization both record sequences go through, the first-divergence report
 (``ReplayResult``, ``Divergence``), the pytest helper ``assert_replays`` and the syrupy
 extension ``GoldenTraceExtension``, the moments a replay acts at (steering, user aborts, crash
-cuts: SPEC §24) and re-recording a golden live (``--golden-update``).  Does not: modify the
+cuts: SPEC §24).  Does not: re-record a golden live (``--golden-update``: ``_rerecord``), modify the
 recorded trace, decide CLI exit codes (``penguin.cli``), or hold the pytest plugin
 (``replay.pytest_plugin``).
 
@@ -89,7 +89,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -910,6 +910,11 @@ def _recorded(trace: TraceSource) -> list[Located]:
     ]
 
 
+def _uncounted(msg: OmniMessage) -> bool:
+    """A record ``_recorded`` leaves out (not a recorded position)."""
+    return isinstance(msg.payload, WorkspaceSnapshotPayload | SettingsPayload)
+
+
 def _replayable(steps: list[_Step], records: int) -> tuple[list[_Step], str | None, int]:
     """The steps up to the first one that cannot be replayed, why it stopped there, and the
     number of recorded records the comparison covers."""
@@ -1565,58 +1570,3 @@ def __getattr__(name: str) -> Any:
         globals()[name] = cls
         return cls
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-# --------------------------------------------------------------------------- re-recording
-
-
-async def _record_live(
-    trace: TraceSource, agent: Callable[[Path], Mapping[str, Any]], tmp: Path
-) -> list[Path]:
-    """Run the recorded inputs of ``trace`` live (``--golden-update``, R-GOLD-6): the same
-    Prompts, manual compactions and goal runs in the same order, steering queued at the same
-    request of the session, on a session built from ``agent(workspace)`` (``Session.create``
-    keyword arguments, plus an optional ``approve``).  User aborts and crashes depend on the
-    moment and are not re-created.  Returns the new session's trace files."""
-    trace, _near = parent_files(trace)
-    located = _without_settings(load_located(trace))
-    steps = _plan(located)
-    timing = _timing(located)
-    begins = [
-        n for n, loc in enumerate(located) if isinstance(loc.record.payload, RequestBeginPayload)
-    ]
-    steer_at = {
-        begins.index(count - 1) + 1: entries
-        for count, entries in timing.steer.items()
-        if count - 1 in begins
-    }
-    workspace = tmp / "workspace"
-    workspace.mkdir()
-    options = dict(agent(workspace))
-    approve = options.pop("approve", None)
-    options.setdefault("workspace", workspace)
-    root = DataRoot(tmp / "home")
-    session = await Session.create(root=root, **options)
-    requests = 0
-
-    def on_record(msg: OmniMessage, _path: Path) -> None:
-        nonlocal requests
-        if isinstance(msg.payload, RequestBeginPayload):
-            requests += 1
-            for entry in steer_at.get(requests, ()):
-                session.steer(entry)
-
-    session.add_record_listener(on_record)
-    async with session:
-        for step in steps:
-            if step.kind == "compact":
-                await session.compact()
-                continue
-            goal = None
-            prompt: list[OmniMessage] | None = step.prompt
-            if step.goal is not None:
-                goal = GoalOptions(budget=step.goal.budget, resume=step.goal.continued)
-                prompt = None if step.goal.continued else step.prompt
-            async for _ in session.run(prompt, approve=approve, goal=goal):
-                pass
-    return root.trace_files(session.id)

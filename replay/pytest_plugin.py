@@ -22,7 +22,12 @@ Relative paths are resolved against the test file's directory.  ``pytest --golde
 re-records every golden a test checks from a live run of the same inputs, with the agent the
 test names (``@pytest.mark.golden(path, agent=make_agent)`` or ``golden.check(path,
 agent=make_agent)``): ``make_agent(workspace)`` returns the keyword arguments of
-``Session.create`` (``llm=``, ``environment=``, ``system_prompt=`` …, optionally ``approve=``).
+``Session.create`` (``llm=``, ``environment=``, ``system_prompt=`` …, optionally ``approve=``,
+and ``subagents=``: the ``SessionSubagentRunner`` its environment uses, opened around the
+session).  The recorded user events are re-created where the live run reaches the same place:
+steering, aborts (mid-stream, mid-tool, at an approval, in a backoff wait, in a compaction), a
+crash cut and its resume (``replay._rerecord``); one the live run never reaches fails the test
+with its recorded line.
 """
 
 from __future__ import annotations
@@ -109,7 +114,12 @@ class Golden:
                     "(agent= on the marker or on golden.check)",
                     pytrace=False,
                 )
-            rerecord(target, agent)
+            from ._rerecord import GoldenUpdateError
+
+            try:
+                rerecord(target, agent)
+            except GoldenUpdateError as exc:
+                pytest.fail(f"{target}: {exc}", pytrace=False)
         result = replay_trace(target, **options)
         if not result.matched:
             pytest.fail(f"golden replay diverged: {result.divergence}", pytrace=False)
@@ -149,15 +159,15 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
 
 def rerecord(target: Path, agent: AgentFactory) -> list[Path]:
     """Run the recorded inputs of the golden at ``target`` live with ``agent`` and replace the
-    golden's trace files with the new session's (``--golden-update``)."""
+    golden's trace files with the new session's and its subagents' (``--golden-update``)."""
     import anyio
 
-    from .golden import _record_live
+    from ._rerecord import record_live
 
     with tempfile.TemporaryDirectory(prefix="penguin-golden-") as tmp:
-        files = anyio.run(_record_live, target, agent, Path(tmp))
+        files = anyio.run(record_live, target, agent, Path(tmp))
         base = target if target.is_dir() else target.parent.parent
-        old = sorted(base.rglob("*.jsonl")) if target.is_dir() else [target]
+        old = sorted(base.rglob("*.jsonl")) if target.is_dir() else _with_children(target)
         for f in old:
             f.unlink()
         written: list[Path] = []
@@ -167,3 +177,18 @@ def rerecord(target: Path, agent: AgentFactory) -> list[Path]:
             shutil.copyfile(f, dest)
             written.append(dest)
     return written
+
+
+def _with_children(trace: Path) -> list[Path]:
+    """A golden given as one trace file, and the trace files of the subagents it names."""
+    from eventstore import read_trace
+
+    from ._replay_subagents import find_child_trace, pointer_ids
+
+    out = [trace]
+    for child in pointer_ids(read_trace([trace]).records):
+        try:
+            out.extend(find_child_trace(child, trace.parent.parent))
+        except FileNotFoundError:
+            continue  # nothing to replace
+    return out
