@@ -14,7 +14,7 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -39,6 +39,9 @@ from ._index import Index
 from ._logins import LOGIN_TTL_S, Logins
 from ._openapi import ROUTES, document
 from ._watch import watch_traces
+
+if TYPE_CHECKING:
+    from replay.otel import LiveExport
 
 __all__ = ["create_app"]
 
@@ -113,9 +116,12 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 class _Lifespan:
-    def __init__(self, ctx: ServerContext, *, watch: bool) -> None:
+    def __init__(
+        self, ctx: ServerContext, *, watch: bool, tracing: LiveExport | None = None
+    ) -> None:
         self.ctx = ctx
         self.watch = watch
+        self.tracing = tracing
         self._tg_cm: Any = None
 
     async def __aenter__(self) -> None:
@@ -144,6 +150,10 @@ class _Lifespan:
             await self.ctx.host.__aexit__(exc_type, exc, tb)
             self.ctx.events.close()
             self.ctx.index.close()
+            if self.tracing is not None:
+                # Sends what is queued (in a thread: it may wait for a slow endpoint).
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(self.tracing.shutdown)
 
 
 LOGINS_FILE = "server-logins.json"
@@ -194,6 +204,7 @@ def create_app(
     buffer_pool_bytes: int = 256 * 2**20,
     mcp_servers: Mapping[str, McpServer] | None = None,
     snapshots: bool = True,
+    otlp: str | None = None,
 ) -> Starlette:
     """The server as an ASGI app; nothing runs until its lifespan starts.  ``fsync`` is the
     durability policy of the sessions it writes (R-TRACE-16); weaker than ``turn`` only by
@@ -202,8 +213,20 @@ def create_app(
     releases its lock (``None``: never) so other processes can resume it; all sessions' replay
     buffers together hold at most ``buffer_pool_bytes`` (least recently used emptied first)
     (issue 29).  ``snapshots``: the sessions it creates and loads take workspace snapshots
-    (SPEC §27; on by default, as in the CLI)."""
+    (SPEC §27; on by default, as in the CLI).  ``otlp``: an OTLP/HTTP endpoint the sessions'
+    spans are sent to as their records are written (``replay.otel.LiveExport``)."""
     data_root = root if isinstance(root, DataRoot) else DataRoot(root)
+    tracing = None
+    if otlp is not None:
+        from replay.otel import LiveExport
+
+        def subagent_files(session_id: str) -> list[Path]:
+            try:
+                return data_root.session_files(session_id)[0]
+            except (FileNotFoundError, ValueError):
+                return []
+
+        tracing = LiveExport(otlp, subagent_files=subagent_files)
     ctx_box: list[ServerContext] = []
     host = SessionHost(
         data_root,
@@ -219,6 +242,7 @@ def create_app(
         buffer_pool_bytes=buffer_pool_bytes,
         mcp_servers=mcp_servers,
         snapshots=snapshots,
+        tracing=tracing,
         on_state=lambda h: ctx_box[0].session_state_event(h),
         on_created=lambda sid, source: ctx_box[0].session_created_event(sid, source),
     )
@@ -246,7 +270,7 @@ def create_app(
             HTTPException: _http_error,
             ClientDisconnect: _gone,
         },
-        lifespan=lambda app: _Lifespan(ctx, watch=watch),
+        lifespan=lambda app: _Lifespan(ctx, watch=watch, tracing=tracing),
     )
     app.state.penguin = ctx
     app.add_middleware(_Guard, ctx=ctx)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import aclosing
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 import anyio
 import anyio.abc
@@ -102,6 +102,29 @@ async def _close_llm(llm: Any) -> None:
             await aclose()
 
 
+class Tracing(Protocol):
+    """What the host needs of an exporter of sessions as spans (``replay.otel.LiveExport``)."""
+
+    def listener(self, session_id: str) -> Callable[[OmniMessage, Path], None]: ...
+
+    def end(self, session_id: str) -> None: ...
+
+
+def _traced(
+    session: Session, sid: str, tracing: Tracing, forget: Callable[[], None]
+) -> Callable[[], None]:
+    """Also feed ``tracing`` the session's records; the returned function stops both and ends
+    the session's open spans (the host lets the session go)."""
+    forget_spans = session.add_record_listener(tracing.listener(sid))
+
+    def forget_both() -> None:
+        forget()
+        forget_spans()
+        tracing.end(sid)
+
+    return forget_both
+
+
 class SessionHost:
     """Hosts sessions of one data root.  Enter it (``async with``) around serving."""
 
@@ -123,8 +146,10 @@ class SessionHost:
         buffer_pool_bytes: int = 256 * 2**20,
         mcp_servers: Mapping[str, McpServer] | None = None,
         snapshots: bool = True,
+        tracing: Tracing | None = None,
     ) -> None:
         self.root = root
+        self._tracing = tracing  # ``--otlp``: spans of the sessions, sent as records arrive
         self._snapshots = SnapshotSettings() if snapshots else None
         self.mcp_servers = dict(mcp_servers or {})  # config.toml's: a session's default
         self.buffers = BufferPool(buffer_pool_bytes)
@@ -447,6 +472,8 @@ class SessionHost:
         if isinstance(llm, ScriptedLLM):
             llm.bind(session)
         h.forget_listener = session.add_record_listener(h.on_record)
+        if self._tracing is not None:
+            h.forget_listener = _traced(session, h.id, self._tracing, h.forget_listener)
         h.session, h.llm = session, llm
         self.touch(h)
         await self._group().start(self._holder, h, session, llm)

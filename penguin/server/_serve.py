@@ -93,6 +93,7 @@ def serve(
     fsync: FsyncPolicy = "turn",
     mcp_servers: Mapping[str, McpServer] | None = None,
     snapshots: bool = True,
+    otlp: str | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM (which abort running tasks as a user abort would; exit
     within 10 s).  Once bound, ``announce(url)`` gets the login URL (``port=0`` binds a free
@@ -118,6 +119,7 @@ def serve(
         fsync=fsync,
         mcp_servers=mcp_servers,
         snapshots=snapshots,
+        otlp=otlp,
     )
     ctx: ServerContext = app.state.penguin
     shown = f"[{host}]" if ":" in host else host

@@ -1,6 +1,8 @@
-"""``penguin export``: a session as Markdown, HTML or JSONL (SPEC §21).
+"""``penguin export``: a session as Markdown, HTML or JSONL (SPEC §21), or as OpenTelemetry
+spans sent to an OTLP/HTTP endpoint.
 
-Owns: its arguments and output.  Does not: implement it (``replay.export_trace``).  Registered in ``_app.COMMANDS``.
+Owns: its arguments and output.  Does not: implement it (``replay.export_trace``,
+``replay.otel.export_otlp``).  Registered in ``_app.COMMANDS``.
 """
 
 from __future__ import annotations
@@ -8,7 +10,7 @@ from __future__ import annotations
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
@@ -29,6 +31,7 @@ class ExportChoice(StrEnum):
     md = "md"
     html = "html"
     jsonl = "jsonl"
+    otlp = "otlp"
 
 
 def export(
@@ -36,8 +39,28 @@ def export(
     source: SessionOrPathArg,
     format: Annotated[
         ExportChoice,
-        typer.Option("--format", help="md, html (one self-contained file) or jsonl."),
+        typer.Option(
+            "--format",
+            help="md, html (one self-contained file), jsonl, or otlp (spans sent to --endpoint).",
+        ),
     ] = ExportChoice.md,
+    endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--endpoint",
+            help="With --format otlp: the OTLP/HTTP endpoint (a base URL such as "
+            "http://localhost:4318, or its /v1/traces URL).",
+            metavar="URL",
+        ),
+    ] = None,
+    header: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--header",
+            help="With --format otlp: a header for the endpoint, NAME=VALUE (repeatable).",
+            metavar="NAME=VALUE",
+        ),
+    ] = None,
     out: Annotated[
         Path | None,
         typer.Option(
@@ -65,6 +88,9 @@ def export(
 
     with errors_to_exit_codes():
         files = resolve_target(source, _globals(ctx)).files
+        if format is ExportChoice.otlp or endpoint is not None:
+            _export_otlp(ctx, files, format, endpoint, header or [], out, redact)
+            return
         if redact is not None:
             import re
 
@@ -72,7 +98,8 @@ def export(
                 re.compile(redact)
             except re.error as exc:
                 raise CliError(f"--redact: invalid regular expression: {exc}") from None
-        text = export_trace(files, format=format.value, redact=redact)
+        kind: Literal["md", "html", "jsonl"] = format.value  # type: ignore[assignment]
+        text = export_trace(files, format=kind, redact=redact)
         if out is not None:
             shown = safe(str(out), keep_newlines=False)
             try:
@@ -101,3 +128,48 @@ def export(
             data = safe_json_bytes(data)
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
+
+
+def _export_otlp(
+    ctx: typer.Context,
+    files: list[Path],
+    format: ExportChoice,
+    endpoint: str | None,
+    headers: list[str],
+    out: Path | None,
+    redact: str | None,
+) -> None:
+    from rich.text import Text
+
+    from replay.otel import OtelError, export_otlp
+
+    if format is not ExportChoice.otlp:
+        raise CliError("--endpoint goes with --format otlp")
+    if endpoint is None:
+        raise CliError("--format otlp needs --endpoint URL (an OTLP/HTTP endpoint)")
+    if not endpoint.startswith(("http://", "https://")):
+        raise CliError("--endpoint: an http:// or https:// URL")
+    if out is not None or redact is not None:
+        raise CliError("--out and --redact do not apply to --format otlp (spans are sent)")
+    pairs: dict[str, str] = {}
+    for h in headers:
+        name, sep, value = h.partition("=")
+        if not sep or not name.strip():
+            raise CliError(f"--header {safe(h, keep_newlines=False)!r}: expected NAME=VALUE")
+        pairs[name.strip()] = value
+    root = _globals(ctx).root()
+
+    def subagent_files(session_id: str) -> list[Path]:
+        try:
+            return root.session_files(session_id)[0]
+        except (FileNotFoundError, ValueError):
+            return []
+
+    try:
+        sent = export_otlp(files, endpoint=endpoint, headers=pairs, subagent_files=subagent_files)
+    except OtelError as exc:
+        raise CliError(str(exc), code=1) from None
+    _console(stderr=True).print(
+        Text(f"sent {sent} span(s) to {safe(endpoint, keep_newlines=False)}", style="dim"),
+        soft_wrap=True,
+    )

@@ -81,6 +81,16 @@ def serve(
     base_url: BaseUrlOpt = None,
     api_key_env: KeyEnvOpt = None,
     fsync: _FsyncOpt = FsyncChoice.turn,
+    otlp: Annotated[
+        str | None,
+        typer.Option(
+            "--otlp",
+            help="Send the sessions as OpenTelemetry spans to this OTLP/HTTP endpoint "
+            "(e.g. http://localhost:4318) as they run (needs the otel extra).",
+            metavar="URL",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve sessions over HTTP with a lossless event stream (Ctrl-C or SIGTERM to stop).
 
@@ -109,6 +119,13 @@ def serve(
                 return build_llm(changed)
             return build_llm(choice)
 
+        if otlp is not None:
+            if not otlp.startswith(("http://", "https://")):
+                raise CliError("--otlp: an http:// or https:// URL")
+            import importlib.util
+
+            if importlib.util.find_spec("opentelemetry.exporter.otlp.proto.http") is None:
+                raise CliError("--otlp needs the otel extra: pip install 'penguin-engine[otel]'")
         ws = workspace_dir((workspace or Path.cwd()).expanduser())
         try:
             run_server(
@@ -124,6 +141,7 @@ def serve(
                 mcp_servers=mcp_servers(config),
                 # `snapshots = false` in the config holds for the server's sessions too.
                 snapshots=snapshot_settings(config)["snapshots"] is not None,
+                otlp=otlp,
             )
         except server_error as exc:
             raise CliError(safe(str(exc))) from None
