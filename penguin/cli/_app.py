@@ -37,6 +37,7 @@ COMMANDS: Final[dict[str, str]] = {
     "run": ".commands.run:run",
     "resume": ".commands.resume:resume",
     "sessions": ".commands.sessions:sessions",
+    "search": ".commands.search:search",
     "show": ".commands.show:show",
     "inspect": ".commands.inspect:inspect",
     "validate": ".commands.validate:validate",

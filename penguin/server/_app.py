@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine import McpServer, RetryPolicy
 from eventstore import DataRoot, FsyncPolicy
+from penguin._index import Index
 from penguin.web import web_app
 
 from ._auth import authenticate, load_token
@@ -35,7 +36,6 @@ from ._context import ServerContext, error_response, json_response
 from ._exceptions import ApiError
 from ._host import IDLE_RELEASE_S, EnvironmentFactory, LLMFactory, SessionHost
 from ._hosted import ApprovalMode
-from ._index import Index
 from ._logins import LOGIN_TTL_S, Logins
 from ._openapi import ROUTES, document
 from ._watch import watch_traces

@@ -27,6 +27,9 @@ __all__ = [
     "Part",
     "Position",
     "RewindBody",
+    "SearchAnswer",
+    "SearchHit",
+    "SearchSegment",
     "SteerBody",
     "TaskBody",
     "read_body",
@@ -192,3 +195,39 @@ async def read_body(request: Request, kind: type[T], *, limit: int, optional: bo
         raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
     except RecursionError:
         raise ApiError(400, "invalid_json", "the body is nested too deeply") from None
+
+
+# --------------------------------------------------------------------------- answers
+
+
+class SearchSegment(msgspec.Struct, frozen=True):
+    """A piece of a snippet: ``match`` marks the words the query matched (plain text: the
+    trace is untrusted, render it as text, never as markup)."""
+
+    text: str
+    match: bool
+
+
+class SearchHit(msgspec.Struct, frozen=True):
+    """One matching session and its best hit: ``at`` is ``FILE:ORDINAL`` (the ``?at=`` of the
+    context route, ``penguin inspect SESSION --at``)."""
+
+    session_id: str
+    project: str
+    agent: str
+    title: str | None
+    workspace: str | None
+    active: str
+    status: str
+    at: str
+    kind: Literal["user", "assistant", "tool_call", "tool_output"]
+    time: str
+    matches: int
+    snippet: list[SearchSegment]
+
+
+class SearchAnswer(msgspec.Struct, frozen=True):
+    """``GET /api/search``: matching sessions, most recently active first."""
+
+    query: str
+    hits: list[SearchHit]

@@ -17,11 +17,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from eventstore import DataRoot, OmniMessage, encode, lock_path_of, probe_lock
+from penguin._index import Index
 
 from ._channel import Channel
 from ._host import SessionHost
 from ._hosted import Hosted
-from ._index import Index
 from ._logins import Logins
 
 __all__ = ["ServerContext", "as_json", "ctx_of", "error_response", "json_response"]

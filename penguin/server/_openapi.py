@@ -34,6 +34,10 @@ class RouteSpec:
     body: type[Any] | None = None
     responses: tuple[int, ...] = (200,)
     stream: bool = False
+    #: Query parameters: (name, JSON Schema, required).
+    query: tuple[tuple[str, dict[str, Any], bool], ...] = ()
+    #: The 200 answer's type (its JSON Schema goes into the document).
+    answer: type[Any] | None = None
 
 
 _S = "/api/sessions/{id}"
@@ -113,6 +117,21 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("GET", "/api/usage", rf.usage, "Usage aggregates (?from=&to=&group_by=&session=)"),
     RouteSpec("GET", "/api/usage/errors", rf.usage_errors, "Failed requests"),
     RouteSpec(
+        "GET",
+        "/api/search",
+        rf.search,
+        "Sessions whose texts, tool calls or outputs match an FTS5 query, newest first",
+        query=(
+            ("q", {"type": "string", "minLength": 1}, True),
+            ("limit", {"type": "integer", "minimum": 1, "maximum": 100, "default": 20}, False),
+            ("since", {"type": "string"}, False),
+            ("workspace", {"type": "string"}, False),
+            ("project", {"type": "string"}, False),
+            ("agent", {"type": "string"}, False),
+        ),
+        answer=bd.SearchAnswer,
+    ),
+    RouteSpec(
         "GET", "/api/events", rs.user_events, "Session states of the server (SSE)", stream=True
     ),
 )
@@ -154,7 +173,9 @@ def openapi_path(path: str) -> str:
 
 
 def document() -> dict[str, Any]:
-    bodies = sorted({r.body for r in ROUTES if r.body is not None}, key=lambda t: t.__name__)
+    bodies = sorted(
+        {t for r in ROUTES for t in (r.body, r.answer) if t is not None}, key=lambda t: t.__name__
+    )
     schemas, components = msgspec.json.schema_components(
         bodies, ref_template="#/components/schemas/{name}"
     )
@@ -174,7 +195,10 @@ def document() -> dict[str, Any]:
                 responses["204"] = {"description": "no content"}
             else:
                 kind = _MEDIA.get(r.path, "text/event-stream" if r.stream else "application/json")
-                responses[str(status)] = {"description": "ok", "content": {kind: {}}}
+                media: dict[str, Any] = {}
+                if r.answer is not None and status == 200:
+                    media["schema"] = refs[r.answer]
+                responses[str(status)] = {"description": "ok", "content": {kind: media}}
         if r.method == "POST" and r.path in _MAKES_SESSION:
             # Where a new session's id leads (stateful clients and fuzzers follow these).
             responses[str(min(s for s in r.responses if s < 300))]["links"] = {
@@ -194,11 +218,15 @@ def document() -> dict[str, Any]:
                 "content": {"application/json": {"schema": refs[r.body]}},
             }
         params = [seg[1:-1].split(":")[0] for seg in r.path.split("/") if seg.startswith("{")]
-        if params:
-            op["parameters"] = [
-                {"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
-                for p in params
-            ]
+        parameters = [
+            {"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
+            for p in params
+        ] + [
+            {"name": name, "in": "query", "required": required, "schema": schema}
+            for name, schema, required in r.query
+        ]
+        if parameters:
+            op["parameters"] = parameters
         paths.setdefault(openapi_path(r.path), {})[r.method.lower()] = op
     components["Error"] = _ERROR_SCHEMA
     return {

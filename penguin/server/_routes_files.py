@@ -34,6 +34,7 @@ __all__ = [
     "login",
     "logout",
     "scratchpad",
+    "search",
     "trace_page",
     "trace_raw",
     "traces",
@@ -313,3 +314,42 @@ def _iso_utc(t: float) -> str:
 
 
 _ = os
+
+
+async def search(request: Request) -> Response:
+    """Full-text search of the sessions (SQLite FTS5 query syntax): ``q`` (required),
+    ``limit`` (1..100, default 20), ``since`` (30m, 12h, 7d, 2w or an ISO date), ``workspace``,
+    ``project``, ``agent``."""
+    import time
+
+    from penguin._index import QuerySyntaxError, parse_since
+
+    ctx = ctx_of(request)
+    q = request.query_params
+    text = q.get("q", "")
+    try:
+        limit = int(q.get("limit", "20"))
+    except ValueError:
+        raise ApiError(400, "invalid_query", "limit must be an integer") from None
+    if not 1 <= limit <= 100:
+        raise ApiError(400, "invalid_query", "limit must be 1..100")
+    since = q.get("since")
+    try:
+        after = None if not since else parse_since(since, now=time.time())
+    except ValueError as exc:
+        raise ApiError(400, "invalid_query", f"since: {exc}") from None
+    await ctx.refresh_index()
+    try:
+        hits = await anyio.to_thread.run_sync(
+            lambda: ctx.index.search(
+                text,
+                limit=limit,
+                since=after,
+                workspace=q.get("workspace") or None,
+                project=q.get("project") or None,
+                agent=q.get("agent") or None,
+            )
+        )
+    except QuerySyntaxError as exc:
+        raise ApiError(400, "invalid_query", str(exc)) from None
+    return json_response({"query": text, "hits": [h.as_dict() for h in hits]})

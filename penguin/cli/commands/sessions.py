@@ -175,7 +175,7 @@ def sessions(
     Columns: short id (any unique prefix or short id works wherever a session id is taken),
     last activity, turns, status (completed, interrupted by a crash, running, aborted, …) and
     the first prompt.  What the reader skipped is printed on stderr.  Takes no lock and changes
-    no trace; summaries of unchanged sessions are kept in <home>/.cache for the next listing.
+    no trace; the session index (<home>/index.sqlite3) keeps what it read for the next listing.
     """
     from penguin.cli.diagnose import report
     from penguin.cli.listing import list_sessions
@@ -185,7 +185,7 @@ def sessions(
             raise CliError(f"--limit must be at least 1, not {limit}")
         g = globals_of(ctx)
         root = g.existing_root()
-        rows = list_sessions(root, project=g.project, agent=g.agent, save=True)
+        rows = list_sessions(root, project=g.project, agent=g.agent)
         if cwd:
             here = str(Path.cwd().resolve())
             rows = [r for r in rows if r.workspace is not None and _same(r.workspace, here)]

@@ -13,7 +13,7 @@ import pytest
 from soupkit import SESSIONS
 
 from eventstore import DataRoot
-from penguin.server._index import Index
+from penguin._index import Index
 
 _NAME = re.compile(r"(session-[\w-]+?)_(\d+)\.jsonl")
 CASES = {name: files for name, files in SESSIONS.items() if _NAME.fullmatch(files[0].name)}

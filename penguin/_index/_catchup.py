@@ -1,0 +1,328 @@
+"""Catching the index up with the traces, by byte offsets.
+
+Owns: deciding, per session, whether its files only grew since their checkpoints (then the
+fold continues from each file's offset, ordinal and line with the store's positioned read,
+``eventstore.tail``) or were truncated, replaced (another inode, or other bytes where the
+checkpoint's head hash was taken), deleted or reordered (then the session is folded again from
+its files); skipping crash residue (R-ROOT-10: a file without a ``session_meta``, or past the
+first holding nothing but its rotation head — never folded, read again when it grows); and
+writing the session's rows in one ``BEGIN IMMEDIATE`` transaction, inside which the checkpoints
+are read, so two processes never fold the same bytes twice.  Does not: decide what a record
+adds (``_fold``) or answer queries (``_index``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+
+from eventstore import SessionInfo, TailRecord, file_index, tail
+
+from ._fold import Doc, SessionFold, is_head
+
+__all__ = ["catch_up", "delete_session", "session_key"]
+
+#: The checkpoint's head hash covers this many bytes (or the folded bytes, if fewer): a file
+#: rewritten in place with other bytes there is folded again.
+HEAD_BYTES: Final = 4096
+
+
+def session_key(project: str, agent: str, session_id: str) -> str:
+    """One session's key: ids are unique per agent only (R-ROOT-7)."""
+    return f"{project}/{agent}/{session_id}"
+
+
+@dataclass(slots=True)
+class _Stat:
+    size: int
+    mtime_ns: int
+    inode: int
+
+
+@dataclass(slots=True)
+class _Checkpoint:
+    file: int
+    stat: _Stat
+    offset: int
+    ordinal: int
+    line: int
+    head: bytes
+    residue: bool
+    unterminated: bool
+
+
+def _stat(path: Path) -> _Stat | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return _Stat(st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def _head(path: Path, upto: int) -> bytes:
+    """The hash of the first ``min(upto, HEAD_BYTES)`` bytes of ``path`` (b"" when unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read(min(upto, HEAD_BYTES))).digest()
+    except OSError:
+        return b""
+
+
+def unchanged(info: SessionInfo, known: dict[str, tuple[int, int, int]]) -> bool:
+    """Whether every file of the session has its checkpoint's size, mtime and inode (and no
+    file came or went): the cheap test a refresh makes before taking the write lock."""
+    if len(known) != len(info.files):
+        return False
+    for f in info.files:
+        seen = known.get(str(f))
+        st = _stat(f)
+        if seen is None or st is None or seen != (st.size, st.mtime_ns, st.inode):
+            return False
+    return True
+
+
+def delete_session(db: sqlite3.Connection, skey: str) -> None:
+    """Remove every row of the session (inside the caller's transaction)."""
+    db.execute("DELETE FROM fts WHERE rowid IN (SELECT rowid FROM docs WHERE skey = ?)", (skey,))
+    for table in ("docs", "usage", "errors", "files", "sessions"):
+        db.execute(f"DELETE FROM {table} WHERE skey = ?", (skey,))
+
+
+def _checkpoints(db: sqlite3.Connection, skey: str) -> dict[str, _Checkpoint]:
+    out: dict[str, _Checkpoint] = {}
+    for row in db.execute(
+        "SELECT path, file, size, mtime_ns, inode, offset, ordinal, line, head, residue, "
+        "unterminated FROM files WHERE skey = ?",
+        (skey,),
+    ):
+        path, file, size, mtime, ino, offset, ordinal, line, head, residue, unterm = row
+        out[path] = _Checkpoint(
+            file, _Stat(size, mtime, ino), offset, ordinal, line, head, bool(residue), bool(unterm)
+        )
+    return out
+
+
+def _continues(
+    info: SessionInfo, known: dict[str, _Checkpoint], stats: dict[str, _Stat | None]
+) -> bool:
+    """Whether the checkpointed files are the session's first files, each only grown."""
+    paths = [str(f) for f in info.files]
+    if not known or paths[: len(known)] != sorted(known, key=lambda p: known[p].file):
+        return False
+    for path, cp in known.items():
+        st = stats[path]
+        if st is None or st.inode != cp.stat.inode or st.size < cp.offset:
+            return False  # deleted, replaced or truncated
+        if st != cp.stat and not cp.residue and _head(Path(path), cp.offset) != cp.head:
+            return False  # rewritten in place
+    return True
+
+
+def catch_up(db: sqlite3.Connection, info: SessionInfo) -> bool:
+    """Bring one session's rows up to its files; True when they changed.  Runs its own
+    ``BEGIN IMMEDIATE`` transaction (the caller holds none)."""
+    skey = session_key(info.project, info.agent, info.session_id)
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        changed = _catch_up_locked(db, info, skey)
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    return changed
+
+
+def _catch_up_locked(db: sqlite3.Connection, info: SessionInfo, skey: str) -> bool:
+    known = _checkpoints(db, skey)
+    stats = {str(f): _stat(f) for f in info.files}
+    if len(known) == len(stats) and all(
+        (cp := known.get(p)) is not None and st == cp.stat for p, st in stats.items()
+    ):
+        return False  # another process caught it up while this one waited for the lock
+    fold: SessionFold | None = None
+    if _continues(info, known, stats):
+        row = db.execute("SELECT fold FROM sessions WHERE skey = ?", (skey,)).fetchone()
+        if row is not None and row[0] is not None:
+            try:
+                fold = SessionFold.decode(row[0], info.session_id, info.project, info.agent)
+            except msgspec.DecodeError:
+                fold = None
+    if fold is None:
+        delete_session(db, skey)
+        known = {}
+        fold = SessionFold(info.session_id, info.project, info.agent)
+    usage: list[tuple[Any, ...]] = []
+    errors: list[tuple[Any, ...]] = []
+    docs: list[Doc] = []
+    checkpoints: list[tuple[Any, ...]] = []
+    error: str | None = None
+    for position, f in enumerate(info.files, start=1):
+        path = str(f)
+        st = stats[path]
+        index = file_index(f) or position
+        cp = known.get(path)
+        if st is None:
+            error = f"{path}: vanished while indexing"
+            continue
+        if cp is not None and not cp.residue and st == cp.stat:
+            checkpoints.append(_row(skey, path, index, st, cp))
+            continue
+        if cp is None or cp.residue:
+            cp = _Checkpoint(index, st, 0, 0, 0, b"", True, False)
+        try:
+            read = tail(f, cp.offset, ordinal=cp.ordinal, line=cp.line)
+        except OSError as exc:
+            error = f"{path}: {exc.strerror or exc}"
+            checkpoints.append(_row(skey, path, index, _Stat(-1, -1, -1), cp))
+            continue
+        records = read.records
+        if cp.residue and not _settled(records, index):
+            # Crash residue (or a rotation's head not followed by anything yet): not folded;
+            # read again from the start when it grows.
+            cp.stat, cp.unterminated = st, read.unterminated
+            checkpoints.append(_row(skey, path, index, st, cp))
+            continue
+        for d in read.diagnostics:
+            fold.diagnose(path, d.line, d.kind, d.detail)
+        for t in records:
+            _apply(fold, t, path, usage, errors, docs)
+        done = _Checkpoint(
+            index,
+            st,
+            read.offset,
+            read.ordinal,
+            read.line,
+            _head(f, read.offset),
+            False,
+            read.unterminated,
+        )
+        checkpoints.append(_row(skey, path, index, st, done))
+    _write(db, info, skey, fold, checkpoints, usage, errors, docs, error)
+    return True
+
+
+def _settled(records: list[TailRecord], index: int) -> bool:
+    """Not crash residue: a ``session_meta`` and (past the first file) a record beyond the
+    rotation head (R-ROOT-10)."""
+    meta = any(t.record.type == "session_meta" for t in records)
+    return meta and (index == 1 or any(not is_head(t.record) for t in records))
+
+
+def _apply(
+    fold: SessionFold,
+    t: TailRecord,
+    path: str,
+    usage: list[tuple[Any, ...]],
+    errors: list[tuple[Any, ...]],
+    docs: list[Doc],
+) -> None:
+    fold.apply(
+        t.record,
+        path=path,
+        line=t.line,
+        file=t.file,
+        ordinal=t.ordinal,
+        usage=usage,
+        errors=errors,
+        docs=docs,
+    )
+
+
+def _row(skey: str, path: str, index: int, st: _Stat, cp: _Checkpoint) -> tuple[Any, ...]:
+    return (
+        path,
+        skey,
+        index,
+        st.size,
+        st.mtime_ns,
+        st.inode,
+        cp.offset,
+        cp.ordinal,
+        cp.line,
+        cp.head,
+        int(cp.residue),
+        int(cp.unterminated),
+    )
+
+
+def _epoch(timestamp: str) -> float | None:
+    try:
+        when = datetime.fromisoformat(timestamp)
+    except ValueError:
+        return None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
+
+def _write(
+    db: sqlite3.Connection,
+    info: SessionInfo,
+    skey: str,
+    fold: SessionFold,
+    checkpoints: list[tuple[Any, ...]],
+    usage: list[tuple[Any, ...]],
+    errors: list[tuple[Any, ...]],
+    docs: list[Doc],
+    error: str | None,
+) -> None:
+    used = [c for c in checkpoints if not c[10]]
+    latest = used[-1] if used else checkpoints[-1] if checkpoints else None
+    s, st = fold.summary, fold.state
+    active = _epoch(s.last_time) if s.last_time else None
+    if active is None:
+        active = (latest[4] / 1e9) if latest is not None and latest[4] > 0 else 0.0
+    row = (
+        skey,
+        info.session_id,
+        info.project,
+        info.agent,
+        info.created.isoformat(),
+        len(info.files),
+        st.records,
+        st.turns_total,
+        st.last_request_status,
+        s.model,
+        s.workspace,
+        st.session_tokens.total,
+        s.last_time,
+        active,
+        # R-SET-5: as the records say; a run left open reads "interrupted" here, and a reader
+        # asks the lock whether it is running instead.
+        "unreadable" if error is not None else st.status,
+        int(st.run_open),
+        int(st.task_running),
+        st.settings.approval if st.settings is not None else None,
+        st.runs,
+        fold.title,
+        int(s.is_child),
+        json.dumps(s.children),
+        int(s.max_turns),
+        s.last_error,
+        json.dumps(s.diagnostics),
+        None if latest is None else latest[0],
+        error,
+        fold.encode(),
+    )
+    db.execute(f"INSERT OR REPLACE INTO sessions VALUES ({','.join('?' * len(row))})", row)
+    db.executemany("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", checkpoints)
+    # The checkpoints of files the session no longer has (a fold from the start).
+    db.execute(
+        f"DELETE FROM files WHERE skey = ? AND path NOT IN ({','.join('?' * len(checkpoints))})",
+        (skey, *(c[0] for c in checkpoints)),
+    )
+    db.executemany(
+        "INSERT INTO usage VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", [(skey, *u) for u in usage]
+    )
+    db.executemany("INSERT INTO errors VALUES (?,?,?,?,?,?,?,?,?)", [(skey, *e) for e in errors])
+    for kind, body, file, ordinal, time in docs:
+        cur = db.execute(
+            "INSERT INTO docs (skey, kind, file, ordinal, time) VALUES (?,?,?,?,?)",
+            (skey, kind, file, ordinal, time),
+        )
+        db.execute("INSERT INTO fts (rowid, body) VALUES (?, ?)", (cur.lastrowid, body))

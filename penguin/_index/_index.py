@@ -1,0 +1,360 @@
+"""The one session index of a data root, shared by the CLI and the server.
+
+Owns: ``Index`` — opening ``<home>/index.sqlite3`` (in memory when the root is read-only),
+``refresh`` (one walk of the root: sessions whose files changed are caught up, sessions whose
+files are gone are removed) and the reads: session rows (the server's and the listing's), usage
+and error rows, and full-text search (``_search``).  Thread-safe: a refresh writes on its own
+connection while readers use another (WAL).  Does not: hold any truth of its own (delete the
+files and the same rows come back), or know what is running (a reader asks the lock of a
+session whose run is open).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Final
+
+from eventstore import DataRoot, Diagnostic, SessionInfo, lock_path_of, probe_lock
+
+from ._catchup import catch_up, delete_session, session_key, unchanged
+from ._schema import connect
+from ._search import Hit, search
+
+__all__ = ["Index", "IndexedSession", "SESSION_COLUMNS"]
+
+#: The server's session row (its OpenAPI ``SessionRow``), in this order.
+SESSION_COLUMNS: Final = [
+    "id",
+    "project",
+    "agent",
+    "created",
+    "files",
+    "records",
+    "turns",
+    "last_status",
+    "model",
+    "workspace",
+    "tokens",
+    "last_active",
+    "status",
+    "approval",
+    "runs",
+]
+
+_LISTED: Final = (
+    "skey, id, project, agent, created, active, status, open, records, turns, title, max_turns, "
+    "last_error, workspace, last_status, task_running, is_child, children, diagnostics, latest, "
+    "error"
+)
+
+
+@dataclass(slots=True)
+class IndexedSession:
+    """One session as the listing reads it from the index.  ``status`` is the one status from
+    the records (R-SET-5); with ``open`` it is ``interrupted`` until a reader finds the lock held
+    (then ``running``).  ``residue``: the latest file is crash residue; ``unterminated``: files
+    whose last line has no newline yet."""
+
+    info: SessionInfo
+    active: float
+    latest: Path
+    status: str
+    open: bool
+    records: int
+    turns: int
+    title: str | None
+    max_turns: bool
+    last_error: str | None
+    workspace: str | None
+    last_request_status: str | None
+    task_running: bool
+    is_child: bool
+    children: list[str]
+    diagnostics: list[Diagnostic]
+    error: str | None
+    unterminated: list[tuple[Path, int]] = field(default_factory=list)
+
+
+class Index:
+    """The index of ``root``; every method blocks (a server calls them in a worker thread)."""
+
+    def __init__(self, root: DataRoot, path: Path | None = None) -> None:
+        self.root = root
+        self.path: Path | None = path or root.home / "index.sqlite3"
+        try:
+            if path is None:
+                root.ensure_dir(root.home)
+            self._writer = connect(self.path)
+            self._reader = connect(self.path)
+        except (OSError, sqlite3.Error):
+            # A read-only root (or a disk that refuses): the same projection, in memory.
+            self.path = None
+            self._writer = self._reader = connect(None)
+        self._write_lock = threading.Lock()
+        self._read_lock = self._write_lock if self.path is None else threading.Lock()
+        self._refreshing = threading.Lock()
+
+    def close(self) -> None:
+        with self._refreshing, self._write_lock:
+            self._writer.close()
+            if self._reader is not self._writer:
+                with self._read_lock:
+                    self._reader.close()
+
+    def __enter__(self) -> Index:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ catch-up
+
+    def refresh(self, *, project: str | None = None, agent: str | None = None) -> list[str]:
+        """Catch up every session (of ``project``/``agent``) whose files changed, and drop the
+        rows of sessions whose files are gone; returns the ids whose rows changed."""
+        with self._refreshing:
+            infos = self.root.sessions(project=project, agent=agent)
+            known: dict[str, dict[str, tuple[int, int, int]]] = {}
+            with self._read_lock:
+                for skey, path, size, mtime, ino in self._reader.execute(
+                    "SELECT skey, path, size, mtime_ns, inode FROM files"
+                ):
+                    known.setdefault(skey, {})[path] = (size, mtime, ino)
+            changed: list[str] = []
+            walked: set[str] = set()
+            for info in infos:
+                skey = session_key(info.project, info.agent, info.session_id)
+                walked.add(skey)
+                if unchanged(info, known.get(skey, {})):
+                    continue
+                with self._write_lock:
+                    if catch_up(self._writer, info):
+                        changed.append(info.session_id)
+            changed += self._drop_gone(walked, project, agent)
+            return changed
+
+    def _drop_gone(self, walked: set[str], project: str | None, agent: str | None) -> list[str]:
+        clauses, args = _scope(project, agent)
+        with self._read_lock:
+            rows = self._reader.execute(f"SELECT skey, id FROM sessions {clauses}", args).fetchall()
+        gone: list[str] = []
+        for skey, sid in rows:
+            if skey in walked:
+                continue
+            with self._write_lock:
+                db = self._writer
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    paths = [
+                        r[0] for r in db.execute("SELECT path FROM files WHERE skey = ?", (skey,))
+                    ]
+                    # Another process may have indexed it after this walk: only files that are
+                    # really gone remove a session.
+                    if not any(Path(p).exists() for p in paths):
+                        delete_session(db, skey)
+                        gone.append(sid)
+                    db.execute("COMMIT")
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+        return gone
+
+    # ------------------------------------------------------------------ the server's rows
+
+    def session_rows(self) -> list[dict[str, Any]]:
+        with self._read_lock:
+            cur = self._reader.execute(
+                f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions ORDER BY created DESC, id DESC"
+            )
+            return [dict(zip(SESSION_COLUMNS, r, strict=True)) for r in cur]
+
+    def session_row(self, sid: str) -> dict[str, Any] | None:
+        with self._read_lock:
+            r = self._reader.execute(
+                f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE id = ? ORDER BY skey",
+                (sid,),
+            ).fetchone()
+        return None if r is None else dict(zip(SESSION_COLUMNS, r, strict=True))
+
+    def usage(
+        self, *, start: str | None, end: str | None, group_by: str, session: str | None
+    ) -> list[dict[str, Any]]:
+        key = {
+            "session": "session",
+            "model": "model",
+            "day": "substr(time, 1, 10)",
+            "hour": "substr(time, 1, 13)",
+        }[group_by]
+        where, args = _window(start, end, session)
+        sql = (
+            f"SELECT {key} AS k, COUNT(*), SUM(cache_read), SUM(cache_write), SUM(output), "
+            f"SUM(total) FROM usage {where} GROUP BY k ORDER BY k"
+        )
+        with self._read_lock:
+            rows = self._reader.execute(sql, args).fetchall()
+        return [
+            {"key": k, "requests": n, "cache_read": a, "cache_write": b, "output": c, "total": t}
+            for k, n, a, b, c, t in rows
+        ]
+
+    def usage_rows(self) -> list[tuple[Any, ...]]:
+        """Every usage row: (session, agent, model, kind, cache_read, cache_write, output,
+        total, time, file, ordinal)."""
+        with self._read_lock:
+            return self._reader.execute(
+                "SELECT session, agent, model, kind, cache_read, cache_write, output, total, "
+                "time, file, ordinal FROM usage ORDER BY session, file, ordinal"
+            ).fetchall()
+
+    def errors(
+        self, *, start: str | None, end: str | None, session: str | None
+    ) -> list[dict[str, Any]]:
+        where, args = _window(start, end, session)
+        with self._read_lock:
+            rows = self._reader.execute(
+                f"SELECT session, status, message, time FROM errors {where} "
+                "ORDER BY time, session, file, ordinal",
+                args,
+            ).fetchall()
+        return [{"session": s, "status": st, "message": m, "time": t} for s, st, m, t in rows]
+
+    # ------------------------------------------------------------------ the listing
+
+    def listed(
+        self, *, project: str | None = None, agent: str | None = None
+    ) -> list[IndexedSession]:
+        """Every indexed session (of ``project``/``agent``), most recently active first."""
+        clauses, args = _scope(project, agent)
+        with self._read_lock:
+            rows = self._reader.execute(
+                f"SELECT {_LISTED} FROM sessions {clauses} ORDER BY active DESC, id DESC", args
+            ).fetchall()
+            files: dict[str, list[tuple[str, bool, bool, int]]] = {}
+            for skey, path, residue, unterm, line in self._reader.execute(
+                "SELECT skey, path, residue, unterminated, line FROM files ORDER BY skey, file"
+            ):
+                files.setdefault(skey, []).append((path, bool(residue), bool(unterm), line))
+        return [_listed(row, files.get(row[0], [])) for row in rows]
+
+    # ------------------------------------------------------------------ search
+
+    def search(
+        self,
+        query: str,
+        *,
+        limit: int = 20,
+        since: float | None = None,
+        workspace: str | None = None,
+        project: str | None = None,
+        agent: str | None = None,
+    ) -> list[Hit]:
+        """Sessions matching the FTS5 ``query``, most recently active first, each with its best
+        hit; ``QuerySyntaxError`` for a query FTS5 cannot parse.  A session whose run is open
+        reads ``running`` while a writer holds its lock, else ``interrupted`` (R-SET-5)."""
+        with self._read_lock:
+            hits = search(
+                self._reader,
+                query,
+                limit=limit,
+                since=since,
+                workspace=workspace,
+                project=project,
+                agent=agent,
+            )
+        return [_live(h) for h in hits]
+
+
+def _live(hit: Hit) -> Hit:
+    if not hit.open or hit.latest is None:
+        return hit
+    try:
+        held = probe_lock(lock_path_of(Path(hit.latest))).held
+    except (OSError, ValueError):
+        held = False
+    return dataclasses.replace(hit, status="running" if held else "interrupted")
+
+
+def _listed(row: tuple[Any, ...], files: list[tuple[str, bool, bool, int]]) -> IndexedSession:
+    (
+        _skey,
+        sid,
+        project,
+        agent,
+        created,
+        active,
+        status,
+        is_open,
+        records,
+        turns,
+        title,
+        max_turns,
+        last_error,
+        workspace,
+        last_status,
+        task_running,
+        is_child,
+        children,
+        diagnostics,
+        latest,
+        error,
+    ) = row
+    paths = [Path(p) for p, _r, _u, _l in files]
+    info = SessionInfo(sid, project, agent, datetime.fromisoformat(created), paths)
+    diags = [Diagnostic(Path(p), n, k, d) for p, n, k, d in json.loads(diagnostics or "[]")]
+    if files and files[-1][1]:
+        diags.append(
+            Diagnostic(Path(files[-1][0]), 1, "empty_file", "crash residue (R-ROOT-10): ignored")
+        )
+    return IndexedSession(
+        info=info,
+        active=float(active or 0.0),
+        latest=Path(latest) if latest else (paths[-1] if paths else Path()),
+        status=status,
+        open=bool(is_open),
+        records=records,
+        turns=turns,
+        title=title,
+        max_turns=bool(max_turns),
+        last_error=last_error,
+        workspace=workspace or None,
+        last_request_status=last_status,
+        task_running=bool(task_running),
+        is_child=bool(is_child),
+        children=list(json.loads(children or "[]")),
+        diagnostics=diags,
+        error=error,
+        unterminated=[(Path(p), n + 1) for p, r, u, n in files if u and not r],
+    )
+
+
+def _scope(project: str | None, agent: str | None) -> tuple[str, list[str]]:
+    clauses: list[str] = []
+    args: list[str] = []
+    if project is not None:
+        clauses.append("project = ?")
+        args.append(project)
+    if agent is not None:
+        clauses.append("agent = ?")
+        args.append(agent)
+    return ("WHERE " + " AND ".join(clauses)) if clauses else "", args
+
+
+def _window(start: str | None, end: str | None, session: str | None) -> tuple[str, list[str]]:
+    clauses: list[str] = []
+    args: list[str] = []
+    if start:
+        clauses.append("time >= ?")
+        args.append(start)
+    if end:
+        clauses.append("time < ?")
+        args.append(end)
+    if session:
+        clauses.append("session = ?")
+        args.append(session)
+    return ("WHERE " + " AND ".join(clauses)) if clauses else "", args
