@@ -5,15 +5,16 @@ R-SET-5), usage and error rows, and an FTS5 full-text index of the user and assi
 tool calls and (capped) tool outputs — caught up by byte offsets.  Deleting it and refreshing
 gives the same rows.
 
-Modules: ``_schema`` — the tables and opening a connection; ``_fold`` — what each record adds;
+Modules: ``_schema`` — the tables and opening a connection; ``_checkpoint`` — a file's
+checkpoint; ``_records`` — caps and wrong-typed records; ``_fold`` — what each record adds;
 ``_catchup`` — incremental catch-up and file faults; ``_search`` — full-text queries;
 ``_index`` — ``Index``, the facade.
 """
 
 from __future__ import annotations
 
-from ._fold import OUTPUT_CHARS, wrong_type
 from ._index import SESSION_COLUMNS, Index, IndexedSession
+from ._records import OUTPUT_CHARS, wrong_type
 from ._search import Hit, QuerySyntaxError, Segment, parse_since
 
 __all__ = [

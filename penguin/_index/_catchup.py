@@ -13,79 +13,38 @@ adds (``_fold``) or answer queries (``_index``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sqlite3
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 
 from eventstore import SessionInfo, TailRecord, file_index, tail
 
-from ._fold import Doc, SessionFold, is_head
+from ._checkpoint import Checkpoint, Stat, head_hash, session_key, stat
+from ._fold import Doc, SessionFold, fold_shape, is_head
 
-__all__ = ["catch_up", "delete_session", "session_key"]
-
-#: The checkpoint's head hash covers this many bytes (or the folded bytes, if fewer): a file
-#: rewritten in place with other bytes there is folded again.
-HEAD_BYTES: Final = 4096
+__all__ = ["catch_up", "check_shape", "delete_session"]
 
 
-def session_key(project: str, agent: str, session_id: str) -> str:
-    """One session's key: ids are unique per agent only (R-ROOT-7)."""
-    return f"{project}/{agent}/{session_id}"
-
-
-@dataclass(slots=True)
-class _Stat:
-    size: int
-    mtime_ns: int
-    inode: int
-
-
-@dataclass(slots=True)
-class _Checkpoint:
-    file: int
-    stat: _Stat
-    offset: int
-    ordinal: int
-    line: int
-    head: bytes
-    residue: bool
-    unterminated: bool
-
-
-def _stat(path: Path) -> _Stat | None:
+def check_shape(db: sqlite3.Connection) -> None:
+    """Empty the index when its encoded folds were written by another shape of the session
+    state (a newer or older version): they cannot be continued, so everything is folded again.
+    Runs its own transaction."""
+    want = fold_shape()
+    db.execute("BEGIN IMMEDIATE")
     try:
-        st = path.stat()
-    except OSError:
-        return None
-    return _Stat(st.st_size, st.st_mtime_ns, st.st_ino)
-
-
-def _head(path: Path, upto: int) -> bytes:
-    """The hash of the first ``min(upto, HEAD_BYTES)`` bytes of ``path`` (b"" when unreadable)."""
-    try:
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read(min(upto, HEAD_BYTES))).digest()
-    except OSError:
-        return b""
-
-
-def unchanged(info: SessionInfo, known: dict[str, tuple[int, int, int]]) -> bool:
-    """Whether every file of the session has its checkpoint's size, mtime and inode (and no
-    file came or went): the cheap test a refresh makes before taking the write lock."""
-    if len(known) != len(info.files):
-        return False
-    for f in info.files:
-        seen = known.get(str(f))
-        st = _stat(f)
-        if seen is None or st is None or seen != (st.size, st.mtime_ns, st.inode):
-            return False
-    return True
+        row = db.execute("SELECT value FROM meta WHERE key = 'fold'").fetchone()
+        if row is None or row[0] != want:
+            for table in ("fts", "docs", "usage", "errors", "files", "sessions"):
+                db.execute(f"DELETE FROM {table}")
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('fold', ?)", (want,))
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
 
 
 def delete_session(db: sqlite3.Connection, skey: str) -> None:
@@ -95,22 +54,22 @@ def delete_session(db: sqlite3.Connection, skey: str) -> None:
         db.execute(f"DELETE FROM {table} WHERE skey = ?", (skey,))
 
 
-def _checkpoints(db: sqlite3.Connection, skey: str) -> dict[str, _Checkpoint]:
-    out: dict[str, _Checkpoint] = {}
+def _checkpoints(db: sqlite3.Connection, skey: str) -> dict[str, Checkpoint]:
+    out: dict[str, Checkpoint] = {}
     for row in db.execute(
         "SELECT path, file, size, mtime_ns, inode, offset, ordinal, line, head, residue, "
         "unterminated FROM files WHERE skey = ?",
         (skey,),
     ):
         path, file, size, mtime, ino, offset, ordinal, line, head, residue, unterm = row
-        out[path] = _Checkpoint(
-            file, _Stat(size, mtime, ino), offset, ordinal, line, head, bool(residue), bool(unterm)
+        out[path] = Checkpoint(
+            file, Stat(size, mtime, ino), offset, ordinal, line, head, bool(residue), bool(unterm)
         )
     return out
 
 
 def _continues(
-    info: SessionInfo, known: dict[str, _Checkpoint], stats: dict[str, _Stat | None]
+    info: SessionInfo, known: dict[str, Checkpoint], stats: dict[str, Stat | None]
 ) -> bool:
     """Whether the checkpointed files are the session's first files, each only grown."""
     paths = [str(f) for f in info.files]
@@ -120,7 +79,7 @@ def _continues(
         st = stats[path]
         if st is None or st.inode != cp.stat.inode or st.size < cp.offset:
             return False  # deleted, replaced or truncated
-        if st != cp.stat and not cp.residue and _head(Path(path), cp.offset) != cp.head:
+        if st != cp.stat and not cp.residue and head_hash(Path(path), cp.offset) != cp.head:
             return False  # rewritten in place
     return True
 
@@ -141,7 +100,7 @@ def catch_up(db: sqlite3.Connection, info: SessionInfo) -> bool:
 
 def _catch_up_locked(db: sqlite3.Connection, info: SessionInfo, skey: str) -> bool:
     known = _checkpoints(db, skey)
-    stats = {str(f): _stat(f) for f in info.files}
+    stats = {str(f): stat(f) for f in info.files}
     if len(known) == len(stats) and all(
         (cp := known.get(p)) is not None and st == cp.stat for p, st in stats.items()
     ):
@@ -175,12 +134,12 @@ def _catch_up_locked(db: sqlite3.Connection, info: SessionInfo, skey: str) -> bo
             checkpoints.append(_row(skey, path, index, st, cp))
             continue
         if cp is None or cp.residue:
-            cp = _Checkpoint(index, st, 0, 0, 0, b"", True, False)
+            cp = Checkpoint(index, st, 0, 0, 0, b"", True, False)
         try:
             read = tail(f, cp.offset, ordinal=cp.ordinal, line=cp.line)
         except OSError as exc:
             error = f"{path}: {exc.strerror or exc}"
-            checkpoints.append(_row(skey, path, index, _Stat(-1, -1, -1), cp))
+            checkpoints.append(_row(skey, path, index, Stat(-1, -1, -1), cp))
             continue
         records = read.records
         if cp.residue and not _settled(records, index):
@@ -193,13 +152,13 @@ def _catch_up_locked(db: sqlite3.Connection, info: SessionInfo, skey: str) -> bo
             fold.diagnose(path, d.line, d.kind, d.detail)
         for t in records:
             _apply(fold, t, path, usage, errors, docs)
-        done = _Checkpoint(
+        done = Checkpoint(
             index,
             st,
             read.offset,
             read.ordinal,
             read.line,
-            _head(f, read.offset),
+            head_hash(f, read.offset),
             False,
             read.unterminated,
         )
@@ -235,7 +194,7 @@ def _apply(
     )
 
 
-def _row(skey: str, path: str, index: int, st: _Stat, cp: _Checkpoint) -> tuple[Any, ...]:
+def _row(skey: str, path: str, index: int, st: Stat, cp: Checkpoint) -> tuple[Any, ...]:
     return (
         path,
         skey,

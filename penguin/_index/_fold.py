@@ -10,14 +10,14 @@ Does not: read files or touch the database (``_catchup``).
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from typing import Any, Final
 
 import msgspec
 
 from eventstore import (
-    EVENT_PAYLOAD_TAGS,
     HEAD_EVENT_TYPES,
-    MODEL_PAYLOAD_TAGS,
     CompactionBeginPayload,
     CompactionEndPayload,
     OmniMessage,
@@ -29,50 +29,32 @@ from eventstore import (
     TokenUsagePayload,
     ToolCallOutputPayload,
     ToolCallPayload,
-    UnknownPayload,
 )
 from projections import SessionState
 
-__all__ = ["Doc", "SessionFold", "Summary", "wrong_type", "MAX_DIAGNOSTICS", "OUTPUT_CHARS"]
+from ._records import OUTPUT_CHARS, PROMPT_CHARS, TEXT_CHARS, wrong_type
 
-PROMPT_CHARS: Final = 200
-#: A tool output is indexed up to this many characters (the head says what it is; a 5 MB log
-#: would make the index as large as the traces).
-OUTPUT_CHARS: Final = 4096
-#: A text or tool call is indexed up to this many characters.
-TEXT_CHARS: Final = 32768
-#: Reader diagnostics kept per session (a garbled file would otherwise fill the row).
-MAX_DIAGNOSTICS: Final = 50
-
-_TAGS: Final[dict[str, dict[str, type[Any]]]] = {
-    "model_msg": dict(MODEL_PAYLOAD_TAGS),
-    "event_msg": dict(EVENT_PAYLOAD_TAGS),
-}
+__all__ = ["MAX_DIAGNOSTICS", "Doc", "SessionFold", "Summary", "fold_shape", "is_head"]
 
 #: (kind, text, file, ordinal, time): one full-text document.
 Doc = tuple[str, str, int, int, str]
 
+#: Reader diagnostics kept per session (a garbled file would otherwise fill the row).
+MAX_DIAGNOSTICS: Final = 50
 
-def wrong_type(record: OmniMessage) -> str | None:
-    """Why a record of a known type was not understood (a field of the wrong type or a missing
-    one), else None — also for an unknown type of a newer writer, which is not damage."""
-    p = record.payload
-    if not isinstance(p, UnknownPayload):
-        return None
-    cls: type[Any] | None
-    if record.type == "session_meta":
-        cls, tag = SessionMetaPayload, "session_meta"
-    else:
-        tag = str(p.raw.get("type"))
-        cls = _TAGS.get(record.type, {}).get(tag)
-    if cls is None:
-        return None
-    fields = set(cls.__struct_encode_fields__)
-    try:
-        msgspec.convert({k: v for k, v in p.raw.items() if k in fields}, cls)
-    except (msgspec.ValidationError, TypeError, ValueError) as exc:
-        return f"{tag} record skipped: {exc}"
-    return f"{tag} record skipped: it does not match the schema"
+
+def fold_shape() -> str:
+    """What an encoded fold depends on: the shape of the session state.  Folds another shape
+    wrote are not continued (``_catchup.check_shape`` empties the index)."""
+    from projections import GoalState
+
+    shape = [
+        (c.__name__, f.name, str(f.type))
+        for c in (SessionState, GoalState)
+        for f in dataclasses.fields(c)
+    ]
+    shape += [("Summary", name, "") for name in Summary.__struct_fields__]
+    return hashlib.sha256(repr(shape).encode()).hexdigest()[:16]
 
 
 class Summary(msgspec.Struct, kw_only=True):

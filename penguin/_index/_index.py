@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from eventstore import DataRoot, Diagnostic, SessionInfo, lock_path_of, probe_lock
 
-from ._catchup import catch_up, delete_session, session_key, unchanged
+from ._checkpoint import session_key, unchanged
 from ._schema import connect
 from ._search import Hit, search
 
@@ -128,14 +128,23 @@ class Index:
                     known.setdefault(skey, {})[path] = (size, mtime, ino)
             changed: list[str] = []
             walked: set[str] = set()
+            todo: list[SessionInfo] = []
             for info in infos:
                 skey = session_key(info.project, info.agent, info.session_id)
                 walked.add(skey)
-                if unchanged(info, known.get(skey, {})):
-                    continue
+                if not unchanged(info, known.get(skey, {})):
+                    todo.append(info)
+            if todo:
+                # Only now the folds (and the projections they need) are loaded: a listing of
+                # an unchanged root reads the index alone.
+                from ._catchup import catch_up, check_shape
+
                 with self._write_lock:
-                    if catch_up(self._writer, info):
-                        changed.append(info.session_id)
+                    check_shape(self._writer)
+                for info in todo:
+                    with self._write_lock:
+                        if catch_up(self._writer, info):
+                            changed.append(info.session_id)
             changed += self._drop_gone(walked, project, agent)
             return changed
 
@@ -157,6 +166,8 @@ class Index:
                     # Another process may have indexed it after this walk: only files that are
                     # really gone remove a session.
                     if not any(Path(p).exists() for p in paths):
+                        from ._catchup import delete_session
+
                         delete_session(db, skey)
                         gone.append(sid)
                     db.execute("COMMIT")

@@ -5,19 +5,17 @@ offset, ordinal and line folded so far, and the size, mtime, inode and head hash
 whether the file only grew), ``sessions`` (one row per session, with its encoded fold),
 ``usage``, ``errors``, ``docs`` + ``fts`` (the FTS5 full-text index) — and opening a
 connection in WAL mode with a busy timeout, so a CLI and a server can write at once.  An index
-of another version (or folded by another version of the projections) is dropped and rebuilt:
-it is a projection of the traces.  Does not: fold (``_fold``) or catch up (``_catchup``).
+of another version is dropped and rebuilt:
+it is a projection of the traces (and so is an index whose encoded folds another shape of the
+session state wrote: ``_catchup.check_shape``).  Imports nothing of the library layers, so a
+listing with nothing to fold loads none of them.  Does not: fold (``_fold``) or catch up (``_catchup``).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import sqlite3
 from pathlib import Path
 from typing import Final
-
-from projections import GoalState, SessionState
 
 __all__ = ["BUSY_TIMEOUT_MS", "connect", "fts5_available"]
 
@@ -60,17 +58,6 @@ CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(body,
 """
 
 
-def _fold_version() -> str:
-    """What an encoded fold depends on: the shape of the session state.  A fold written by
-    another shape is not continued (the index is rebuilt)."""
-    shape = [
-        (c.__name__, f.name, str(f.type))
-        for c in (SessionState, GoalState)
-        for f in dataclasses.fields(c)
-    ]
-    return hashlib.sha256(repr((_VERSION, shape)).encode()).hexdigest()[:16]
-
-
 def fts5_available() -> bool:
     try:
         sqlite3.connect(":memory:").execute("CREATE VIRTUAL TABLE t USING fts5(x)")
@@ -103,14 +90,12 @@ def connect(path: Path | None) -> sqlite3.Connection:
 
 
 def _migrate(db: sqlite3.Connection) -> None:
-    """Drop an index of another version or fold shape and create the tables (one transaction:
+    """Drop an index of another version and create the tables (one transaction:
     two processes opening a fresh index at once create it once)."""
-    want = _fold_version()
     db.execute("BEGIN IMMEDIATE")
     try:
         (version,) = db.execute("PRAGMA user_version").fetchone()
-        current = version == _VERSION and _meta(db, "fold") == want
-        if not current:
+        if version != _VERSION:
             names = [
                 r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
             ]
@@ -119,17 +104,8 @@ def _migrate(db: sqlite3.Connection) -> None:
             for statement in _DDL.split(";"):
                 if statement.strip():
                     db.execute(statement)
-            db.execute("INSERT OR REPLACE INTO meta VALUES ('fold', ?)", (want,))
             db.execute(f"PRAGMA user_version={_VERSION}")
         db.execute("COMMIT")
     except BaseException:
         db.execute("ROLLBACK")
         raise
-
-
-def _meta(db: sqlite3.Connection, key: str) -> str | None:
-    try:
-        row = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-    except sqlite3.OperationalError:  # no such table: an older index
-        return None
-    return None if row is None else str(row[0])

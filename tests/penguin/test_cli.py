@@ -828,6 +828,7 @@ def test_stats_all_sessions_r_cli_7(tmp_path: Path) -> None:
 def test_resume_without_message_reads_only_r_cli_2(tmp_path: Path) -> None:
     home = tmp_path / "home"
     two_file_session(home)
+
     # The session index (<home>/index.sqlite3*) is a host cache that "the latest session"
     # catches up, not a trace: R-CLI-2 is about the traces and locks.
     def traces() -> dict[Path, bytes]:

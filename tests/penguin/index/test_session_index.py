@@ -238,6 +238,15 @@ def test_an_index_of_another_version_is_rebuilt(tmp_path: Path) -> None:
     con.commit()
     con.close()
     assert indexed(home) == first
+    # Folds encoded by another shape of the session state are not continued: all refolded.
+    con = sqlite3.connect(home / "index.sqlite3")
+    con.execute("UPDATE meta SET value = 'another shape' WHERE key = 'fold'")
+    con.execute("UPDATE sessions SET records = -1")
+    con.commit()
+    con.close()
+    with trace_file(home).open("ab") as f:
+        f.write(encode_line(b.user_text("one more")))
+    assert indexed(home) == fresh(home)
 
 
 def test_an_index_that_cannot_be_opened_is_kept_in_memory(tmp_path: Path) -> None:
