@@ -258,6 +258,7 @@ def _write(
         int(st.task_running),
         st.settings.approval if st.settings is not None else None,
         st.runs,
+        s.unreadable,
         fold.title,
         int(s.is_child),
         json.dumps(s.children),

@@ -73,6 +73,8 @@ class Summary(msgspec.Struct, kw_only=True):
     #: (path, line, kind, detail) of what the reader skipped, at most MAX_DIAGNOSTICS.
     diagnostics: list[tuple[str, int, str, str]] = msgspec.field(default_factory=list)
     dropped: int = 0  # diagnostics beyond the cap
+    #: Records skipped as damage (``eventstore.unrecognised``); a newer writer's type is kept.
+    unreadable: int = 0
 
 
 class _Saved(msgspec.Struct):
@@ -133,6 +135,7 @@ class SessionFold:
         """Fold one record; append what it adds to the other tables."""
         why = wrong_type(rec)
         if why is not None:
+            self.summary.unreadable += 1
             self.diagnose(path, line, "malformed", why)
         s = self.summary
         self.state.apply(rec)

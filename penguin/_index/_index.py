@@ -45,6 +45,9 @@ SESSION_COLUMNS: Final = [
     "status",
     "approval",
     "runs",
+    # Records skipped as damage (``eventstore.unrecognised``), as the CLI and the validator
+    # report them; a newer writer's record type is kept and is not counted.
+    "unreadable",
 ]
 
 _LISTED: Final = (

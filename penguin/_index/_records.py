@@ -8,17 +8,9 @@ Does not: fold (``_fold``).
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
-import msgspec
-
-from eventstore import (
-    EVENT_PAYLOAD_TAGS,
-    MODEL_PAYLOAD_TAGS,
-    OmniMessage,
-    SessionMetaPayload,
-    UnknownPayload,
-)
+from eventstore import OmniMessage, unrecognised
 
 __all__ = ["OUTPUT_CHARS", "PROMPT_CHARS", "TEXT_CHARS", "wrong_type"]
 
@@ -29,29 +21,10 @@ OUTPUT_CHARS: Final = 4096
 #: A text or tool call is indexed up to this many characters.
 TEXT_CHARS: Final = 32768
 
-_TAGS: Final[dict[str, dict[str, type[Any]]]] = {
-    "model_msg": dict(MODEL_PAYLOAD_TAGS),
-    "event_msg": dict(EVENT_PAYLOAD_TAGS),
-}
-
 
 def wrong_type(record: OmniMessage) -> str | None:
-    """Why a record of a known type was not understood (a field of the wrong type or a missing
-    one), else None — also for an unknown type of a newer writer, which is not damage."""
-    p = record.payload
-    if not isinstance(p, UnknownPayload):
-        return None
-    cls: type[Any] | None
-    if record.type == "session_meta":
-        cls, tag = SessionMetaPayload, "session_meta"
-    else:
-        tag = str(p.raw.get("type"))
-        cls = _TAGS.get(record.type, {}).get(tag)
-    if cls is None:
-        return None
-    fields = set(cls.__struct_encode_fields__)
-    try:
-        msgspec.convert({k: v for k, v in p.raw.items() if k in fields}, cls)
-    except (msgspec.ValidationError, TypeError, ValueError) as exc:
-        return f"{tag} record skipped: {exc}"
-    return f"{tag} record skipped: it does not match the schema"
+    """Why a record was skipped as damage — a known type whose fields do not fit, with no
+    ``type``, or in the other envelope — else None, also for a newer writer's type, which is
+    kept and is not damage (``eventstore.unrecognised``: every reader's one decision)."""
+    found = unrecognised(record)
+    return str(found) if found is not None and found.damaged else None

@@ -22,7 +22,7 @@ __all__ = ["BUSY_TIMEOUT_MS", "connect", "fts5_available"]
 #: How long a writer waits for another process's transaction (each is one session's catch-up).
 BUSY_TIMEOUT_MS: Final = 30_000
 
-_VERSION: Final = 3  # 2 was the server's own index; 3 is the shared one
+_VERSION: Final = 4  # 2 and 3 were the server's own index; 4 is the shared one
 
 _TABLES: Final = ("meta", "files", "sessions", "usage", "errors", "docs", "fts")
 
@@ -38,7 +38,7 @@ CREATE TABLE IF NOT EXISTS sessions (skey TEXT PRIMARY KEY, id TEXT NOT NULL, pr
     agent TEXT, created TEXT, files INTEGER, records INTEGER, turns INTEGER,
     last_status TEXT, model TEXT, workspace TEXT, tokens INTEGER, last_active TEXT,
     active REAL, status TEXT, open INTEGER, task_running INTEGER, approval TEXT,
-    runs INTEGER, title TEXT, is_child INTEGER, children TEXT, max_turns INTEGER,
+    runs INTEGER, unreadable INTEGER, title TEXT, is_child INTEGER, children TEXT, max_turns INTEGER,
     last_error TEXT, diagnostics TEXT, latest TEXT, error TEXT, fold BLOB);
 CREATE INDEX IF NOT EXISTS sessions_id ON sessions(id);
 CREATE INDEX IF NOT EXISTS sessions_active ON sessions(active);
