@@ -16,8 +16,8 @@ from rich.console import Console
 
 from eventstore import DataRoot, decode, encode_line, read_trace, record_kind, unrecognised
 from eventstore import builders as b
-from penguin.cli.views.render import StreamRenderer
 from penguin._index import Index
+from penguin.cli.views.render import StreamRenderer
 from projections import project
 from replay import validate_file
 
