@@ -137,6 +137,8 @@ def test_every_page_fits_the_width_passes_axe_and_is_shot(
         page.evaluate("() => window.scrollTo(0, 0)")  # sticky header and composer in place
         suffix = ("-mobile" if size == "mobile" else "") + ("-dark" if scheme == "dark" else "")
         shot(page, f"web-{name}{suffix}")
+        if size == "mobile":  # what a phone shows first
+            shot(page, f"web-{name}{suffix}-screen", full_page=False)
         watched.check()
     finally:
         context.close()
