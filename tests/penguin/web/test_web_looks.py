@@ -92,6 +92,21 @@ def _overflow(page: Any) -> dict[str, Any]:
     return result
 
 
+# Every picture this module saves, named as docs/ refers to them (tests/docs checks the names).
+SHOTS = {
+    f"web-{page}{mobile}{dark}{screen}"
+    for page in ("sessions", "conversation", "trace", "usage")
+    for mobile, screens in (("", ("",)), ("-mobile", ("", "-screen")))
+    for dark in ("", "-dark")
+    for screen in screens
+}
+IN_DOCS = (
+    "web-conversation-dark",
+    "web-sessions-mobile-screen",
+    "web-conversation-mobile-dark-screen",
+)
+assert set(IN_DOCS) <= SHOTS
+
 PAGES = {
     "sessions": ("#/", "table.sessions tbody tr[data-id]"),
     "conversation": ("#/s/{sid}", ".b-assistant table"),
@@ -137,6 +152,7 @@ def test_every_page_fits_the_width_passes_axe_and_is_shot(
         page.evaluate("() => window.scrollTo(0, 0)")  # sticky header and composer in place
         suffix = ("-mobile" if size == "mobile" else "") + ("-dark" if scheme == "dark" else "")
         shot(page, f"web-{name}{suffix}")
+        assert f"web-{name}{suffix}" in SHOTS
         if size == "mobile":  # what a phone shows first
             shot(page, f"web-{name}{suffix}-screen", full_page=False)
         watched.check()
@@ -214,3 +230,27 @@ def test_keyboard_only_create_a_session_and_send(page: Any, server: Server) -> N
     page.wait_for_selector(".b-user >> text=second line")
     page.wait_for_selector(".tag.state[data-state=idle]")
     assert page.locator(".b-user .body").first.inner_text() == "first line\nsecond line"
+
+
+def test_at_phone_width_the_trace_panes_stack_and_the_sessions_table_is_a_list(
+    browser: Any, server: Server, session: str
+) -> None:
+    context = _context(browser, "mobile", "light")
+    try:
+        page = context.new_page()
+        page.goto(server.login_url)
+        row = page.locator(f"table.sessions tr[data-id='{session}']")
+        row.wait_for()
+        assert not page.locator("table.sessions thead").is_visible()
+        assert row.evaluate("(el) => getComputedStyle(el).display") == "block"
+        cells = row.locator("td")
+        first, second = cells.nth(0).bounding_box(), cells.nth(1).bounding_box()
+        assert second["y"] >= first["y"] + first["height"] - 1  # below the title, not beside it
+
+        page.goto(f"{server.base}/#/s/{session}/trace")
+        page.wait_for_selector(".records li.record")
+        records, detail = (b.bounding_box() for b in page.locator(".split > .pane").all())
+        assert records["x"] == detail["x"] and detail["y"] >= records["y"] + records["height"]
+        assert records["width"] <= 390
+    finally:
+        context.close()

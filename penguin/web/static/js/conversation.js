@@ -96,9 +96,11 @@ export function conversationView(root, id) {
   const compact = h("button", { class: "compact", onclick: () => call("/compact") }, "Compact");
   const compactWhy = h("span", { class: "muted small compact-why" });
   // Enter sends (steers while a task runs), Shift+Enter is a new line; not while an input
-  // method is composing a character (Enter then confirms the composition).
+  // method is composing a character (Enter then confirms the composition), nor on a touch
+  // screen, whose keyboard has no Shift+Enter: there Enter is a new line and Send sends.
+  const touch = window.matchMedia("(pointer: coarse)");
   text.addEventListener("keydown", (ev) => {
-    if (ev.key !== "Enter" || ev.shiftKey || ev.isComposing || ev.keyCode === 229) return;
+    if (ev.key !== "Enter" || ev.shiftKey || ev.isComposing || ev.keyCode === 229 || touch.matches) return;
     ev.preventDefault();
     submit(state !== "idle");
   });
