@@ -6,7 +6,8 @@ Owns: every exception ``eventstore`` raises.  Does not: decide when to raise the
     ├── TraceDecodeError            one line is not a record (also a ValueError)
     ├── TraceWriteError             an append or fsync failed; nothing was written (also OSError)
     ├── RecordTooLarge              a record is over the writer's size limit
-    └── SessionLocked               another writer holds the session's lock
+    ├── SessionLocked               another writer holds the session's lock
+    └── ArchiveError                an archived file cannot be fetched or its record read
 
 Context is carried as keyword-only attributes (path, line, session_id, …), never only in text.
 """
@@ -17,6 +18,7 @@ import os
 from pathlib import Path
 
 __all__ = [
+    "ArchiveError",
     "RecordTooLarge",
     "SessionLocked",
     "TraceDecodeError",
@@ -81,3 +83,15 @@ class SessionLocked(TraceError):
         self.path = path
         holder = f"process {holder_pid}" if holder_pid is not None else "another process"
         super().__init__(f"session {session_id} is locked by {holder} ({path})")
+
+
+class ArchiveError(TraceError):
+    """An archived trace file could not be fetched back, did not match its record, or its
+    archive record could not be read (``eventstore.archive``)."""
+
+    def __init__(self, detail: str, *, path: Path | None = None, url: str | None = None) -> None:
+        self.detail = detail
+        self.path = path
+        self.url = url
+        where = f"{path}: " if path is not None else ""
+        super().__init__(f"{where}{detail}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import warnings
 from collections.abc import Generator, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -28,16 +29,19 @@ from ._codec import decode
 from ._dirs import make_private_dirs
 from ._discovery import OutsideCheck as _OutsideCheck
 from ._discovery import OutsideRootWarning
-from ._lock import lock_path_of, take_lock
+from ._exceptions import ArchiveError
+from ._lock import take_lock
 from ._names import parse_trace_name, trace_file_name
 from ._private import write_private
 from ._reader import MAX_LINE_BYTES, _scan, file_index
 from ._residue import ResidueCheck
 from ._schema import OmniMessage
+from .archive import RECORD_SUFFIX, fetch_missing
 
 __all__ = [
     "DEFAULT_AGENT",
     "DEFAULT_PROJECT",
+    "ArchiveWarning",
     "DataRoot",
     "OutsideRootWarning",
     "SessionInfo",
@@ -293,8 +297,9 @@ class DataRoot:
         agent: str | None = None,
         missing_ok: bool = False,
     ) -> list[Path]:
-        """Delete a session: its trace files, their summaries sidecar, its lock file and its
-        scratchpad directory; returns what was removed.  Done while holding the session lock,
+        """Delete a session: its trace files, their summaries sidecar, its archive record, its
+        lock file and its scratchpad directory; returns what was removed (archived copies on
+        object storage are left there).  Done while holding the session lock,
         so a session a writer has open raises ``SessionLocked`` and nothing is removed, and no
         writer can open it meanwhile.  An unknown session raises ``FileNotFoundError`` (with
         ``missing_ok``, its scratchpad alone is removed).  A symlinked scratchpad is not
@@ -303,17 +308,22 @@ class DataRoot:
 
         validate_id(session_id, what="session id")
         pad = self.scratchpad(session_id, project=project, agent=agent)
+        directory: Path | None = None
         try:
-            files = self.trace_files(session_id, project=project, agent=agent)
+            loc, files = self._local_files(session_id, project=project, agent=agent)
+            directory = self.traces_dir(loc.project, loc.agent) / loc.date
         except FileNotFoundError:
             if not missing_ok:
                 raise
             files = []
         removed: list[Path] = []
-        lock = lock_path_of(files[-1]) if files else None
+        lock = directory / f"{session_id}.lock" if directory is not None else None
         fd = take_lock(lock, session_id=session_id, sync=False) if lock is not None else -1
         try:
             extras = [sidecar_path(files[0])] if files else []
+            if directory is not None:
+                # Archived copies stay where they went; the record of them goes with the session.
+                extras.append(directory / f"{session_id}{RECORD_SUFFIX}")
             for path in [*files, *extras]:
                 try:
                     path.unlink()
@@ -368,6 +378,7 @@ class DataRoot:
         session_id: str | None = None,
         *,
         skip_outside: bool = False,
+        fetch: bool = True,
     ) -> Iterator[tuple[str, str, str, str, int, Path]]:
         """``(project, agent, date, session_id, index, path)`` for every trace file under
         ``<project>/agents/<agent>/traces/<date>/`` (only of ``session_id`` when given).
@@ -375,7 +386,12 @@ class DataRoot:
         A symlink that resolves outside the root raises ``ValueError``; with ``skip_outside``
         (listings) it is left out with an ``OutsideRootWarning`` instead, so that one bad link
         hides one entry, not the whole listing.  Only symlinks are resolved: a plain entry of a
-        directory already checked is inside, which keeps a walk linear and cheap."""
+        directory already checked is inside, which keeps a walk linear and cheap.
+
+        A file that a ``<session_id>.archived.json`` record of the directory names and that is
+        missing is fetched back first (``eventstore.archive``) unless ``fetch`` is false, so
+        every reader sees archived files as if they had never left; one that cannot be fetched
+        raises ``ArchiveError`` (with ``skip_outside``, a listing: an ``ArchiveWarning``)."""
         root = self.home.resolve()
         check = _OutsideCheck(root, skip=skip_outside)
         projects = (
@@ -395,7 +411,8 @@ class DataRoot:
                 for date in self._dirs(traces, check):
                     directory = traces / date
                     checked = False
-                    for name, path, link in self._files(directory):
+                    entries = self._files(directory)
+                    for name, path, link in entries:
                         parsed = parse_trace_name(name)
                         if parsed is None or session_id not in (None, parsed[0]):
                             continue
@@ -409,6 +426,80 @@ class DataRoot:
                         if link and not check(path):
                             continue
                         yield proj, ag, date, parsed[0], parsed[1], path
+                    if fetch:
+                        for sid, path in self._archived(
+                            directory, entries, session_id, check, skip=skip_outside
+                        ):
+                            yield proj, ag, date, sid, file_index(path) or 0, path
+
+    def _archived(
+        self,
+        directory: Path,
+        entries: list[tuple[str, Path, bool]],
+        session_id: str | None,
+        check: _OutsideCheck,
+        *,
+        skip: bool,
+    ) -> Iterator[tuple[str, Path]]:
+        """``(session_id, path)`` of the archived files of ``directory`` fetched back now."""
+        records = [n for n, _, _ in entries if n.endswith(RECORD_SUFFIX)]
+        if not records or not check(directory):
+            return
+        present = {n for n, _, _ in entries}
+        for name in records:
+            sid = name.removesuffix(RECORD_SUFFIX)
+            if session_id not in (None, sid):
+                continue
+            try:
+                fetched = fetch_missing(directory, sid, present)
+            except ArchiveError as exc:
+                if not skip:
+                    raise
+                warnings.warn(f"skipped {sid}: {exc}", ArchiveWarning, stacklevel=4)
+                continue
+            for path in fetched:
+                yield sid, path
+
+    def _local_files(
+        self, session_id: str, *, project: str | None, agent: str | None
+    ) -> tuple[SessionLocation, list[Path]]:
+        """``(location, the session's files on local disk)``, sorted by index, fetching
+        nothing back; a session all of whose files are archived has ``[]`` (its location from
+        its archive record).  ``FileNotFoundError`` for an unknown session."""
+        validate_id(session_id, what="session id")
+        found: dict[tuple[str, str, str], list[tuple[int, Path]]] = {}
+        for proj, ag, date, _sid, index, path in self._walk(
+            project, agent, session_id, fetch=False
+        ):
+            found.setdefault((proj, ag, date), []).append((index, path))
+        if not found:
+            for proj, ag, date in self._record_dirs(session_id, project, agent):
+                found.setdefault((proj, ag, date), [])
+        if not found:
+            raise FileNotFoundError(f"Session does not exist: {session_id}")
+        if len(found) > 1:
+            where = ", ".join(f"{p}/{a}/{d}" for p, a, d in sorted(found))
+            raise LookupError(
+                f"session {session_id} exists in several places ({where}); "
+                "pass project= and agent= to choose"
+            )
+        ((proj, ag, date), files) = next(iter(found.items()))
+        return SessionLocation(proj, ag, date), [p for _, p in sorted(files)]
+
+    def _record_dirs(
+        self, session_id: str, project: str | None, agent: str | None
+    ) -> Iterator[tuple[str, str, str]]:
+        """``(project, agent, date)`` of every directory holding the session's archive record."""
+        check = _OutsideCheck(self.home.resolve(), skip=False)
+        projects = [project] if project is not None else self._dirs(self.home, check)
+        for proj in projects:
+            agents_dir = self.home / proj / "agents"
+            agents = [agent] if agent is not None else self._dirs(agents_dir, check)
+            for ag in agents:
+                traces = agents_dir / ag / "traces"
+                for date in self._dirs(traces, check):
+                    if (traces / date / f"{session_id}{RECORD_SUFFIX}").is_file():
+                        yield proj, ag, date
 
     def _dirs(self, parent: Path, check: _OutsideCheck | None = None) -> list[str]:
         """Names of the subdirectories of ``parent`` that are valid ids, sorted; a symlinked
@@ -437,6 +528,10 @@ class DataRoot:
         except (FileNotFoundError, NotADirectoryError):
             return []
         return sorted((e.name, Path(e.path), e.is_symlink()) for e in entries if e.is_file())
+
+
+class ArchiveWarning(UserWarning):
+    """A listing left out a session whose archived files could not be fetched back."""
 
 
 # --------------------------------------------------------------------------- file peeks

@@ -55,6 +55,7 @@ COMMANDS: Final[dict[str, str]] = {
     "mcp": ".commands.mcp:mcp_app",
     "rewind": ".commands.rewind:rewind",
     "gc": ".commands.rewind:gc",
+    "archive": ".commands.archive:archive",
 }
 
 

@@ -5,7 +5,8 @@ R-ROOT-6 id check, R-ROOT-9: a symlink that resolves outside the root is refused
 glob, and describing each file by session, project, agent, date directory and index.  Does not:
 open or read a file (DuckDB does, in ``_views``).
 
-Listing is ``os.scandir`` only -- no file is opened here -- so it stays cheap for a fleet.
+Listing is ``os.scandir`` only -- no file is opened here -- so it stays cheap for a fleet; a
+directory with an archive record has its archived files fetched back first.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Final
 
 from eventstore import parse_trace_name, validate_id
+from eventstore.archive import RECORD_SUFFIX, fetch_missing
 
 from ._exceptions import AnalyticsError
 
@@ -67,16 +69,33 @@ def files_from_root(home: str | os.PathLike[str]) -> list[TraceFile]:
         for agent in _dirs(agents, real_root):
             traces = agents / agent / "traces"
             for date in _dirs(traces, real_root):
-                for entry in _scandir(traces / date):
+                entries = _scandir(traces / date)
+                archived = False
+                for entry in entries:
                     parsed = parse_trace_name(entry.name)
                     if parsed is None or not entry.is_file():
+                        archived = archived or entry.name.endswith(RECORD_SUFFIX)
                         continue
                     if entry.is_symlink():
                         _inside(Path(entry.path), real_root)
                     # Described from the walk, not by ``_describe``: a Path per file costs more
                     # than the rest of a warm cached report (``_cache``).
                     found.append(TraceFile(entry.path, parsed[0], parsed[1], project, agent, date))
+                if archived:
+                    found.extend(_archived(traces / date, entries))
     return found
+
+
+def _archived(directory: Path, entries: list[os.DirEntry[str]]) -> list[TraceFile]:
+    """The files archived to object storage from ``directory``, fetched back (as every reader
+    of the store gets them: ``eventstore.archive``)."""
+    present = {e.name for e in entries}
+    fetched: list[TraceFile] = []
+    for name in sorted(present):
+        if name.endswith(RECORD_SUFFIX):
+            sid = name.removesuffix(RECORD_SUFFIX)
+            fetched.extend(_describe(p) for p in fetch_missing(directory, sid, present))
+    return fetched
 
 
 def files_from_glob(pattern: str) -> list[TraceFile]:

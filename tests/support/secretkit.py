@@ -15,6 +15,7 @@ SUITE_SECRETS: tuple[str, ...] = (
     "mcp-env-Zr71QxV4",  # tests/mcp/test_mcp_resume.py
     "test-token-0123456789",  # tests/support/serverkit.py
     "web-test-token-0123456789",  # tests/support/webkit.py
+    "s3cr3t-penguin-archive-test-key-0001",  # tests/support/s3kit.py
 )
 
 

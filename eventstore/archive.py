@@ -1,0 +1,365 @@
+"""Closed trace files on object storage: the archive record, moving files there and back.
+
+Owns: uploading a session's closed files to any fsspec URL (``s3://bucket/prefix`` through
+s3fs), verifying each upload by reading it back and comparing its SHA-256, removing the local
+copy only after the record of where it went is durable, the per-session archive record
+``<traces>/<date>/<session_id>.archived.json`` (the only place that says where a file went), and
+fetching an archived file back into its place when a reader needs it (hash-verified, never
+replacing a file that exists).  Does not: list sessions (``DataRoot``'s walk asks
+``fetch_missing`` for what a directory's record names), decide what a record means, or hold
+credentials: fsspec/botocore find those in the environment or their own configuration, and
+nothing here writes them anywhere.
+
+Why a record beside the trace files: ``DataRoot`` already scans each ``traces/<date>``
+directory, so it sees the record in the same listing and every reader above the store (the
+CLI, the server, analytics, resume) gets the archived files back without a change.  A file
+fetched back keeps its record entry: archiving it again then only checks the hash and removes
+the local copy.  A local file that differs from its entry (a resumed session appended to it) is
+the truth, and is uploaded again by the next archive.
+
+fsspec and s3fs are imported on first use (the ``archive`` extra), never by ``import eventstore``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+import msgspec
+
+from ._dirs import sync_dir
+from ._exceptions import ArchiveError
+from ._lock import probe_lock, take_lock
+from ._names import parse_trace_name
+from ._private import create_private, write_private
+
+if TYPE_CHECKING:
+    from ._layout import DataRoot
+
+__all__ = [
+    "RECORD_SUFFIX",
+    "ArchiveError",
+    "ArchiveOutcome",
+    "ArchivedFile",
+    "archive_session",
+    "archived_files",
+    "fetch_missing",
+    "idle_sessions",
+    "read_record",
+    "record_path",
+]
+
+RECORD_SUFFIX: Final = ".archived.json"
+_CHUNK: Final = 1 << 20
+
+
+class ArchivedFile(msgspec.Struct, frozen=True, kw_only=True):
+    """One archived trace file: where it went and what it was.  ``endpoint_url`` is the object
+    store's address when not the provider's default (no credentials: those stay in the
+    environment); ``mtime`` is given back to the file when it is fetched."""
+
+    name: str
+    url: str
+    sha256: str
+    size: int
+    mtime: float
+    archived_at: str
+    endpoint_url: str | None = None
+
+
+class _Record(msgspec.Struct, kw_only=True):
+    version: int = 1
+    session_id: str
+    files: list[ArchivedFile] = msgspec.field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveOutcome:
+    """What ``archive_session`` did with one file: ``archived`` (uploaded, verified, local copy
+    removed), ``evicted`` (already archived with this hash: local copy removed), or ``kept``
+    (the local file stays; ``error`` says why)."""
+
+    path: Path
+    url: str
+    status: Literal["archived", "evicted", "kept"]
+    size: int
+    error: str | None = None
+
+
+def record_path(directory: Path, session_id: str) -> Path:
+    """``<directory>/<session_id>.archived.json``."""
+    return directory / f"{session_id}{RECORD_SUFFIX}"
+
+
+def read_record(path: Path) -> list[ArchivedFile]:
+    """The entries of an archive record; ``[]`` when there is none.  A record that does not
+    decode raises ``ArchiveError`` naming it: it is never rewritten blindly."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    try:
+        return msgspec.json.decode(data, type=_Record).files
+    except msgspec.DecodeError as exc:
+        raise ArchiveError(f"unreadable archive record: {exc}", path=path) from None
+
+
+def _write_record(path: Path, session_id: str, files: list[ArchivedFile]) -> None:
+    """Replace the record durably (fsync of the file and its directory): it is the only place
+    that says where a removed file went, so it must be on disk before the file goes."""
+    ordered = sorted(files, key=lambda f: parse_trace_name(f.name) or (f.name, 0))
+    data = msgspec.json.encode(_Record(session_id=session_id, files=ordered))
+    write_private(path, data + b"\n", sync=True)
+
+
+def archived_files(
+    root: DataRoot, session_id: str, *, project: str | None = None, agent: str | None = None
+) -> list[ArchivedFile]:
+    """The archive record of a session (``[]`` when nothing of it is archived)."""
+    loc, _local = root._local_files(session_id, project=project, agent=agent)
+    directory = root.traces_dir(loc.project, loc.agent) / loc.date
+    return read_record(record_path(directory, session_id))
+
+
+# --------------------------------------------------------------------------- the object store
+
+
+def _filesystem(
+    url: str, *, endpoint_url: str | None, storage_options: Mapping[str, Any] | None
+) -> tuple[Any, str]:
+    """``(fsspec filesystem, path in it)`` for ``url``.  ``storage_options`` go to the
+    filesystem as given; an ``endpoint_url`` is s3fs's ``endpoint_url``."""
+    try:
+        from fsspec.core import url_to_fs  # type: ignore[import-untyped]
+    except ImportError:  # pragma: no cover - the extra is in every test install
+        raise ArchiveError(
+            "archiving needs fsspec and s3fs: pip install 'penguin-engine[archive]'", url=url
+        ) from None
+    options = dict(storage_options or {})
+    if endpoint_url is not None:
+        options.setdefault("endpoint_url", endpoint_url)
+    try:
+        fs, path = url_to_fs(url, **options)
+    except (ImportError, ValueError) as exc:
+        raise ArchiveError(f"no filesystem for {url}: {exc}", url=url) from None
+    return fs, path
+
+
+def _sha256_file(path: Path) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def _sha256_remote(fs: Any, path: str) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    size = 0
+    with fs.open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
+# --------------------------------------------------------------------------- archiving
+
+
+def archive_session(
+    root: DataRoot,
+    session_id: str,
+    *,
+    to: str,
+    project: str | None = None,
+    agent: str | None = None,
+    endpoint_url: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    fs: Any = None,
+) -> list[ArchiveOutcome]:
+    """Move every local trace file of an idle session to ``<to>/<project>/<agent>/<date>/<name>``.
+
+    Done while holding the session lock, so a session a writer has open raises
+    ``SessionLocked`` and nothing moves, and no writer can open it meanwhile: every file of a
+    session nobody writes is closed and immutable.  For each file, oldest first: upload, read
+    back and compare SHA-256 and size, record the entry durably, then remove the local copy.  A
+    failed upload or a differing hash keeps the local file (``status="kept"``) and the files
+    after it are still tried.  A file already archived with the same hash is not uploaded again
+    (``evicted``).  ``fs`` is an fsspec filesystem to use instead of one made from ``to``."""
+    loc, local = root._local_files(session_id, project=project, agent=agent)
+    directory = root.traces_dir(loc.project, loc.agent) / loc.date
+    record = record_path(directory, session_id)
+    base = to.rstrip("/")
+    if fs is None:
+        fs, base_path = _filesystem(
+            base, endpoint_url=endpoint_url, storage_options=storage_options
+        )
+    else:
+        base_path = fs._strip_protocol(base)
+    fd = take_lock(directory / f"{session_id}.lock", session_id=session_id, sync=False)
+    try:
+        entries = {e.name: e for e in read_record(record)}
+        outcomes: list[ArchiveOutcome] = []
+        for path in local:
+            suffix = f"{loc.project}/{loc.agent}/{loc.date}/{path.name}"
+            url, remote = f"{base}/{suffix}", f"{base_path}/{suffix}"
+            outcome = _archive_file(
+                fs, path, url, remote, entries.get(path.name), endpoint_url=endpoint_url
+            )
+            if outcome[1] is not None:
+                entries[path.name] = outcome[1]
+                _write_record(record, session_id, list(entries.values()))
+            if outcome[0].status != "kept":
+                path.unlink()
+                sync_dir(directory)
+            outcomes.append(outcome[0])
+        return outcomes
+    finally:
+        os.close(fd)
+
+
+def _archive_file(
+    fs: Any,
+    path: Path,
+    url: str,
+    remote: str,
+    entry: ArchivedFile | None,
+    *,
+    endpoint_url: str | None,
+) -> tuple[ArchiveOutcome, ArchivedFile | None]:
+    """Upload and verify one file: ``(outcome, the new record entry or None)``."""
+    stat = path.stat()
+    sha, size = _sha256_file(path)
+    if entry is not None and entry.sha256 == sha and entry.size == size:
+        # Fetched back earlier and unchanged: the object is there already.  Check that it still
+        # is before the only local copy goes.
+        try:
+            there = fs.size(_strip(fs, entry.url))
+        except Exception as exc:
+            return ArchiveOutcome(path, entry.url, "kept", size, _describe(exc)), None
+        if there == size:
+            return ArchiveOutcome(path, entry.url, "evicted", size), None
+    try:
+        fs.put_file(str(path), remote)
+        got, got_size = _sha256_remote(fs, remote)
+    except Exception as exc:
+        return ArchiveOutcome(path, url, "kept", size, f"upload failed: {_describe(exc)}"), None
+    if (got, got_size) != (sha, size):
+        detail = f"hash differs after upload (sha256 {got[:12]}…, {got_size} bytes; local {sha[:12]}…, {size} bytes)"
+        return ArchiveOutcome(path, url, "kept", size, detail), None
+    new = ArchivedFile(
+        name=path.name,
+        url=url,
+        sha256=sha,
+        size=size,
+        mtime=stat.st_mtime,
+        archived_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        endpoint_url=endpoint_url,
+    )
+    return ArchiveOutcome(path, url, "archived", size), new
+
+
+def _strip(fs: Any, url: str) -> str:
+    return str(fs._strip_protocol(url))
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if text != type(exc).__name__ else text
+
+
+def idle_sessions(
+    root: DataRoot,
+    *,
+    days: float,
+    project: str | None = None,
+    agent: str | None = None,
+    now: float | None = None,
+) -> list[tuple[str, str, str]]:
+    """``(session_id, project, agent)`` of every session with local trace files, none of them
+    modified in the last ``days`` days, whose lock no writer holds; oldest first."""
+    cutoff = (time.time() if now is None else now) - days * 86400
+    newest: dict[tuple[str, str, str], float] = {}
+    locks: dict[tuple[str, str, str], Path] = {}
+    for proj, ag, _date, sid, _index, path in root._walk(project, agent, fetch=False):
+        try:
+            mtime = path.stat().st_mtime
+        except FileNotFoundError:
+            continue
+        key = (sid, proj, ag)
+        newest[key] = max(newest.get(key, mtime), mtime)
+        locks[key] = path.parent / f"{sid}.lock"
+    idle = [k for k, m in newest.items() if m < cutoff and not probe_lock(locks[k]).held]
+    return sorted(idle, key=lambda k: (newest[k], k))
+
+
+# --------------------------------------------------------------------------- fetching back
+
+
+def fetch_missing(directory: Path, session_id: str, present: set[str]) -> list[Path]:
+    """Fetch every file the session's archive record in ``directory`` names that is not in
+    ``present`` (names found there) back into ``directory``; return their paths.
+
+    Each is downloaded to a private temporary file, checked against the recorded SHA-256 and
+    size, given its recorded modification time, made durable and then linked to its name, so a
+    file that appeared meanwhile (another reader fetched it, a writer resumed it) is never
+    replaced.  Raises ``ArchiveError`` naming the file and its URL when it cannot be fetched."""
+    fetched: list[Path] = []
+    for entry in read_record(record_path(directory, session_id)):
+        if entry.name in present or parse_trace_name(entry.name) is None:
+            continue
+        if "/" in entry.name or entry.name.startswith("."):
+            raise ArchiveError(
+                f"archive record names a file outside its directory: {entry.name!r}",
+                path=record_path(directory, session_id),
+            )
+        fetched.append(_fetch(directory, entry))
+    return fetched
+
+
+def _fetch(directory: Path, entry: ArchivedFile) -> Path:
+    target = directory / entry.name
+    temp = directory / f".{entry.name}.{secrets.token_hex(4)}.fetch"
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        fs, remote = _filesystem(entry.url, endpoint_url=entry.endpoint_url, storage_options=None)
+        with create_private(temp) as out, fs.open(remote, "rb") as f:
+            while chunk := f.read(_CHUNK):
+                digest.update(chunk)
+                size += len(chunk)
+                out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        if (digest.hexdigest(), size) != (entry.sha256, entry.size):
+            raise ArchiveError(
+                f"{entry.url} does not match its archive record "
+                f"(sha256 {digest.hexdigest()[:12]}…, {size} bytes; "
+                f"recorded {entry.sha256[:12]}…, {entry.size} bytes)",
+                path=target,
+                url=entry.url,
+            )
+        os.utime(temp, (entry.mtime, entry.mtime))
+        try:
+            os.link(temp, target)
+        except FileExistsError:
+            pass  # fetched or recreated meanwhile: that file wins
+        sync_dir(directory)
+    except ArchiveError:
+        raise
+    except Exception as exc:
+        raise ArchiveError(
+            f"cannot fetch {entry.url}: {_describe(exc)}", path=target, url=entry.url
+        ) from exc
+    finally:
+        temp.unlink(missing_ok=True)
+    return target
