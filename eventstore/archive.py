@@ -249,6 +249,7 @@ def _archive_file(
         if there == size:
             return ArchiveOutcome(path, entry.url, "evicted", size), None
     try:
+        fs.makedirs(fs._parent(remote), exist_ok=True)  # a no-op on object stores
         fs.put_file(str(path), remote)
         got, got_size = _sha256_remote(fs, remote)
     except Exception as exc:
