@@ -10,11 +10,10 @@ from __future__ import annotations
 import functools
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from penguin.cli.config import load_config, mcp_servers, snapshot_settings
 from penguin.cli.errors import CliError, errors_to_exit_codes
 from penguin.cli.globalopts import Globals, globals_of
 from penguin.cli.options import (
@@ -36,10 +35,10 @@ from penguin.cli.terminal.safe import safe
 from .run import DEFAULT_SYSTEM_PROMPT
 
 if TYPE_CHECKING:
-    from engine import LLM, Session
+    from engine import Session
     from eventstore import DataRoot
-    from penguin._setup import Resolved
     from penguin.cli.tasks.model import LlmOptions
+    from penguin.cli.tasks.setup import Setup
     from replay import TaskChanges
 
 __all__ = ["chat", "open_chat"]
@@ -115,21 +114,13 @@ def open_chat(
     network: bool | None = None,
 ) -> None:
     import anyio
-    from rich.text import Text
 
-    from penguin._setup import Overrides, resolve, settings_line
+    from penguin._setup import Overrides
     from penguin.cli.targets import resolve_session_id
-    from penguin.cli.tasks.model import (
-        build_llm,
-        check_same_model,
-        choose_approve,
-        choose_model,
-        choose_sandbox,
-    )
-    from penguin.cli.tasks.task import checked_turns, checked_workspace, thinking_level
-    from penguin.cli.terminal.console import err_console
+    from penguin.cli.tasks.setup import Recorded, prepare
+    from penguin.cli.tasks.task import checked_turns
 
-    from .resume import _recorded_model, load
+    from .resume import load
 
     if not sys.stdin.isatty():
         raise CliError(
@@ -138,63 +129,25 @@ def open_chat(
         )
     if max_turns is not None:
         checked_turns(max_turns)
-    config = load_config(g.root().home)
-    restored = None
-    if session_id is None:
-        choice = choose_model(opts, config=config)
-        ws = checked_workspace(workspace or Path.cwd())
-        root = g.writable_root()
-        recorded = None
-    else:
-        sid = resolve_session_id(g, session_id)
-        loaded = load(g, sid)
-        meta = loaded.meta_payload
-        restored = loaded.state.settings
-        recorded, endpoint = _recorded_model(meta, restored)
-        choice = choose_model(
-            opts, config=config, recorded=recorded, session_id=sid, endpoint=endpoint
-        )
-        ws = checked_workspace(
-            workspace or Path(meta.workspace), hint=" (pass --workspace DIR to use another)"
-        )
-        root = g.writable_root()
-    model_llm = build_llm(choice)
-    if recorded is not None:
-        check_same_model(
-            choice, model_llm, recorded=recorded, session_id=sid, allow=opts.change_model
-        )
-    mode = choose_approve(
-        approve,
-        scripted=choice.script is not None,
-        config=config,
-        recorded=restored.approval if restored is not None else None,
-    )
-    resolved = resolve(
-        restored,
+    recorded = None
+    if session_id is not None:
+        loaded = load(g, resolve_session_id(g, session_id))
+        recorded = Recorded(loaded.session_id, loaded.meta_payload, loaded.state.settings)
+    setup = prepare(
+        g,
+        opts,
         Overrides(approval=approve, max_turns=max_turns),
-        default_approval=mode,
-        configured_mcp=mcp_servers(config),
-        default_approval_rules=config.approval_rules,
+        approve=approve,
+        resumed=recorded,
+        workspace=workspace,
+        sandbox=sandbox,
+        network=network,
+        thinking=thinking,
     )
-    if session_id is not None:  # R-SET-3: what the session comes back with, on one line
-        err_console().print(Text(safe(settings_line(restored)), style="dim"), soft_wrap=True)
-    level = thinking_level(thinking, config)
-    # A new session takes config.toml's sandbox; a resumed one keeps its own unless a flag says.
-    box = choose_sandbox(sandbox, network, config=config if session_id is None else None)
-    anyio.run(_chat, g, root, session_id and sid, model_llm, ws, mode, resolved, level, box)
+    anyio.run(_chat, g, setup)
 
 
-async def _chat(
-    g: Globals,
-    root: DataRoot,
-    session_id: str | None,
-    model_llm: LLM,
-    ws: Path,
-    mode: str,
-    resolved: Resolved,
-    thinking: str | None,
-    box: dict[str, Any],
-) -> None:
+async def _chat(g: Globals, setup: Setup) -> None:
     """Open the session, chat; after ``/fork``, fork it and go on chatting in the fork."""
     from rich.text import Text
 
@@ -202,20 +155,21 @@ async def _chat(
     from penguin.cli.tasks.model import close_llm
     from penguin.cli.terminal.console import err_console, out_console
 
+    root, session_id = setup.root, setup.session_id
     history = root.home / ".cache" / "chat_history"
     history.parent.mkdir(mode=0o700, exist_ok=True)
     try:
         while True:
-            session = await _open(g, root, session_id, model_llm, ws, resolved, box)
+            session = await setup.open(system_prompt=DEFAULT_SYSTEM_PROMPT, session_id=session_id)
             async with session:
                 chat = Chat(
                     session,
-                    model_llm,
-                    approve=mode,  # type: ignore[arg-type]
-                    max_turns=resolved.max_turns,
+                    setup.llm,
+                    approve=setup.mode,
+                    max_turns=setup.resolved.max_turns,
                     history=history,
                     list_sessions=lambda: _recent(g, root),
-                    thinking=thinking,
+                    thinking=setup.thinking,
                     task_changes=functools.partial(_task_changes, root, session.id),
                 )
                 await chat.run()
@@ -235,43 +189,7 @@ async def _chat(
                 soft_wrap=True,
             )
     finally:
-        await close_llm(model_llm)
-
-
-async def _open(
-    g: Globals,
-    root: DataRoot,
-    session_id: str | None,
-    llm: LLM,
-    ws: Path,
-    resolved: Resolved,
-    box: dict[str, Any],
-) -> Session:
-    from eventstore import DEFAULT_AGENT, DEFAULT_PROJECT
-    from penguin._setup import open_session
-    from penguin.cli.diagnose import quiet_reader
-    from penguin.cli.tasks.live import environment_for
-
-    config = load_config(root.home)
-    if session_id is None:
-        project, agent = g.project or DEFAULT_PROJECT, g.agent or DEFAULT_AGENT
-    else:
-        location = root.locate(session_id, project=g.project, agent=g.agent)
-        project, agent = location.project, location.agent
-    with quiet_reader():
-        return await open_session(
-            root,
-            llm=llm,
-            environment=lambda m, w: environment_for(m, w),
-            resolved=resolved,
-            session_id=session_id,
-            workspace=ws,
-            system_prompt=DEFAULT_SYSTEM_PROMPT,
-            project=project,
-            agent=agent,
-            **box,
-            **snapshot_settings(config),
-        )
+        await close_llm(setup.llm)
 
 
 def _recent(g: Globals, root: DataRoot) -> list[str]:

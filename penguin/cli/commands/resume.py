@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from penguin.cli.config import load_config, mcp_servers, snapshot_settings
 from penguin.cli.errors import CliError, errors_to_exit_codes
 from penguin.cli.globalopts import Globals, globals_of
 from penguin.cli.options import (
@@ -44,8 +43,7 @@ from penguin.cli.terminal.console import err_console, out_console, write_json
 from penguin.cli.terminal.safe import preview, safe
 
 if TYPE_CHECKING:
-    from eventstore import Diagnostic, OmniMessage, SessionMetaPayload, SettingsPayload
-    from penguin.cli.tasks.live import Subagents
+    from eventstore import Diagnostic, OmniMessage, SessionMetaPayload
     from penguin.cli.tasks.task import TaskOptions, TaskResult
     from projections import ModelContext, SessionState
 
@@ -187,123 +185,42 @@ def resume(
 
 def _continue(g: Globals, loaded: Loaded, message: str | None, opts: TaskOptions) -> None:
     import anyio
-    from rich.text import Text
 
-    from penguin._setup import open_session, resolve, settings_line
-    from penguin.cli.diagnose import quiet_reader
-    from penguin.cli.tasks.live import build_subagents, environment_for
-    from penguin.cli.tasks.model import choose_approve
-    from penguin.cli.tasks.task import (
-        checked_message,
-        checked_workspace,
-        finish_task,
-        overrides_of,
-        run_task,
-        thinking_level,
-    )
+    from penguin.cli.tasks.setup import Recorded, prepare
+    from penguin.cli.tasks.task import checked_message, finish_task, overrides_of, run_task
 
     text = checked_message(message) if message is not None else None
-    root = g.writable_root()
-    sid = loaded.session_id
-    meta = loaded.meta_payload
-    restored = loaded.state.settings
-    config = load_config(root.home)
-    choice, model_llm = _model_of(opts, loaded, config)
-    mode = choose_approve(
-        opts.approve,
-        scripted=choice.script is not None,
-        config=config,
-        recorded=restored.approval if restored is not None else None,
-    )
-    resolved = resolve(
-        restored,
+    recorded = Recorded(loaded.session_id, loaded.meta_payload, loaded.state.settings)
+    setup = prepare(
+        g,
+        opts.llm,
         overrides_of(opts, approve=opts.approve),
-        default_approval=mode,
-        configured_mcp=mcp_servers(config),
-        default_approval_rules=config.approval_rules,
+        approve=opts.approve,
+        resumed=recorded,
+        workspace=opts.workspace,
+        sandbox=opts.sandbox,
+        network=opts.network,
+        subagents=opts.subagents,
+        thinking=opts.thinking,
     )
-    turns = resolved.max_turns
-    ws = checked_workspace(
-        opts.workspace or Path(meta.workspace), hint=" (pass --workspace DIR to use another)"
-    )
-    location = root.locate(sid, project=g.project, agent=g.agent)
-    host: Subagents | None = None
-    if opts.subagents:
-        host = build_subagents(
-            model_llm,
-            choice,
-            root=root,
-            workspace=ws,
-            project=location.project,
-            agent=location.agent,
-            compaction=resolved.compaction,
-            max_turns=turns,
-        )
     torn = [d for d in loaded.diagnostics if d.kind == "torn_tail" and d.path == loaded.latest]
-    # R-SET-3: what the session comes back with, on one line.
-    err_console().print(Text(safe(settings_line(restored)), style="dim"), soft_wrap=True)
 
     async def go() -> TaskResult:
-        with quiet_reader():
-            session = await open_session(
-                root,
-                llm=model_llm,
-                environment=lambda m, w: environment_for(
-                    m, w, subagents=host.runner if host else None
-                ),
-                resolved=resolved,
-                session_id=sid,
-                workspace=ws,
-                project=location.project,
-                agent=location.agent,
-                **opts.sandbox_options(None),  # the recorded sandbox stands unless a flag says
-                **snapshot_settings(config),
-            )
+        session = await setup.open(system_prompt="")  # the recorded one is kept
         _report_cut(torn)
         return await run_task(
             session,
-            model_llm,
+            setup.llm,
             text,
-            approve=mode,
+            approve=setup.mode,
             as_json=opts.as_json,
-            max_turns=turns,
-            host=host,
+            max_turns=setup.resolved.max_turns,
+            host=setup.host,
             goal=opts.goal,
-            thinking=thinking_level(opts.thinking, config),
+            thinking=setup.thinking,
         )
 
     finish_task(anyio.run(go), as_json=opts.as_json)
-
-
-def _model_of(opts: TaskOptions, loaded: Loaded, config: Any) -> tuple[Any, Any]:
-    """The model to continue with: the recorded one at its recorded endpoint (SPEC §23)
-    unless the options say otherwise; another model only with ``--change-model``."""
-    from penguin.cli.tasks.model import build_llm, check_same_model, choose_model
-
-    sid = loaded.session_id
-    recorded, endpoint = _recorded_model(loaded.meta_payload, loaded.state.settings)
-    choice = choose_model(
-        opts.llm, config=config, recorded=recorded, session_id=sid, endpoint=endpoint
-    )
-    allow = opts.llm.change_model
-    if choice.script is None:  # refused before a key is even looked for
-        check_same_model(choice, None, recorded=recorded, session_id=sid, allow=allow)
-    model_llm = build_llm(choice)
-    check_same_model(choice, model_llm, recorded=recorded, session_id=sid, allow=allow)
-    return choice, model_llm
-
-
-def _recorded_model(
-    meta: SessionMetaPayload, settings: SettingsPayload | None
-) -> tuple[tuple[str, str], str | None]:
-    """The model a session continues with (SPEC §23): the last settings record's, else its
-    ``session_meta``'s; and that model's recorded endpoint."""
-    from engine import recorded_model
-
-    found = recorded_model(settings)
-    if found is None:
-        return (meta.provider, meta.model_id), None
-    return (found[0], found[1]), found[2]
 
 
 def _report_cut(torn: list[Any]) -> None:

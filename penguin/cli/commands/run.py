@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 
-from penguin.cli.config import load_config, mcp_servers, snapshot_settings
 from penguin.cli.errors import errors_to_exit_codes
 from penguin.cli.globalopts import Globals, globals_of
 from penguin.cli.options import (
@@ -29,12 +28,10 @@ from penguin.cli.options import (
     ScriptOpt,
     SubagentsOpt,
     ThinkingOpt,
-    checked_thinking,
 )
 from penguin.cli.tasks.goal import BudgetOpt, GoalOpt, goal_options
 
 if TYPE_CHECKING:
-    from penguin.cli.tasks.live import Subagents
     from penguin.cli.tasks.task import TaskOptions, TaskResult
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "globals_of", "run"]
@@ -98,27 +95,21 @@ def run(
       penguin run -m "survey the repo" --subagents
       penguin run --goal --budget 500k -m "make all tests pass"
     """
-    from penguin.cli.tasks.live import build_compaction
     from penguin.cli.tasks.model import LlmOptions
-    from penguin.cli.tasks.task import TaskOptions
+    from penguin.cli.tasks.task import task_options
 
     with errors_to_exit_codes():
-        opts = TaskOptions(
-            llm=LlmOptions(script, llm.value if llm else None, model, base_url, api_key_env),
-            approve=approve.value if approve else None,
+        opts = task_options(
+            LlmOptions(script, llm.value if llm else None, model, base_url, api_key_env),
+            approve=approve,
             workspace=workspace,
             max_turns=max_turns,
-            compaction=build_compaction(
-                max_context_length=max_context_length,
-                max_session_turns=max_session_turns,
-                compaction_mode=compaction_mode.value if compaction_mode else None,
-            ),
+            compaction=(max_context_length, max_session_turns, compaction_mode),
             subagents=subagents,
             as_json=as_json,
             goal=goal_options(goal=goal, budget=budget, message=message),
-            thinking=checked_thinking(thinking),
-            sandbox=sandbox.value if sandbox else None,
-            network=network,
+            thinking=thinking,
+            sandbox=(sandbox, network),
         )
         _start(globals_of(ctx), message, opts, system_prompt=system_prompt)
 
@@ -126,71 +117,36 @@ def run(
 def _start(g: Globals, message: str, opts: TaskOptions, *, system_prompt: str | None) -> None:
     import anyio
 
-    from eventstore import DEFAULT_AGENT, DEFAULT_PROJECT
-    from penguin._setup import open_session, resolve
-    from penguin.cli.tasks.live import build_subagents, environment_for
-    from penguin.cli.tasks.model import build_llm, choose_approve, choose_model
-    from penguin.cli.tasks.task import (
-        checked_message,
-        checked_workspace,
-        finish_task,
-        overrides_of,
-        run_task,
-        thinking_level,
-    )
+    from penguin.cli.tasks.setup import prepare
+    from penguin.cli.tasks.task import checked_message, finish_task, overrides_of, run_task
 
     text = checked_message(message)
-    config = load_config(g.root().home)
-    choice = choose_model(opts.llm, config=config)
-    mode = choose_approve(opts.approve, scripted=choice.script is not None, config=config)
-    resolved = resolve(
-        None,
+    setup = prepare(
+        g,
+        opts.llm,
         overrides_of(opts),
-        default_approval=mode,
-        configured_mcp=mcp_servers(config),
-        default_approval_rules=config.approval_rules,
+        approve=opts.approve,
+        workspace=opts.workspace,
+        sandbox=opts.sandbox,
+        network=opts.network,
+        subagents=opts.subagents,
+        thinking=opts.thinking,
     )
-    turns = resolved.max_turns
-    model_llm = build_llm(choice)
-    ws = checked_workspace(opts.workspace or Path.cwd())
-    root = g.writable_root()
-    project, agent = g.project or DEFAULT_PROJECT, g.agent or DEFAULT_AGENT
-    host: Subagents | None = None
-    if opts.subagents:
-        host = build_subagents(
-            model_llm,
-            choice,
-            root=root,
-            workspace=ws,
-            project=project,
-            agent=agent,
-            compaction=resolved.compaction,
-            max_turns=turns,
-        )
 
     async def go() -> TaskResult:
-        session = await open_session(
-            root,
-            llm=model_llm,
-            environment=lambda m, w: environment_for(m, w, subagents=host.runner if host else None),
-            resolved=resolved,
-            workspace=ws,
-            system_prompt=DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt,
-            project=project,
-            agent=agent,
-            **opts.sandbox_options(config),
-            **snapshot_settings(config),
+        session = await setup.open(
+            system_prompt=DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
         )
         return await run_task(
             session,
-            model_llm,
+            setup.llm,
             text,
-            approve=mode,
+            approve=setup.mode,
             as_json=opts.as_json,
-            max_turns=turns,
-            host=host,
+            max_turns=setup.resolved.max_turns,
+            host=setup.host,
             goal=opts.goal,
-            thinking=thinking_level(opts.thinking, config),
+            thinking=setup.thinking,
         )
 
     finish_task(anyio.run(go), as_json=opts.as_json)
