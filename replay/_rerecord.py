@@ -5,7 +5,8 @@ in order) on a live agent, with the recorded user events re-created where the li
 the same place (R-GOLD-1..3): steering at the same request, user aborts at the same point
 (mid-stream after partial output, while a tool runs, at an approval, in a backoff wait, in a
 compaction), a crash cut at the same record and the session resumed there with
-``resume_session``, a plain resume where the recording resumed; and collecting the new
+``resume_session``, a plain resume where the recording resumed; each run with the settings
+it recorded (SPEC §23) for the keys the agent leaves open; and collecting the new
 session's files and those of its subagents.  Does not: replay or compare (``golden``), choose
 the agent (the test names it), or replace the golden's files (``replay.pytest_plugin``).
 
@@ -24,11 +25,19 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import anyio
 
-from engine import LLM, AbortSignal, GoalOptions, LLMOutcome, LLMRequest, Session
+from engine import (
+    LLM,
+    AbortSignal,
+    GoalOptions,
+    LLMOutcome,
+    LLMRequest,
+    Session,
+    recorded_options,
+)
 from eventstore import DataRoot, OmniMessage, RequestBeginPayload
 from eventstore.builders import payload_type, stop_reason_of
 
@@ -287,6 +296,7 @@ async def record_live(trace: TraceSource, agent: AgentFactory, tmp: Path) -> lis
     approve = options.pop("approve", None)
     runner = options.pop("subagents", None)
     options.setdefault("workspace", workspace)
+    per_step = _run_settings(trace, steps, options)
     root = DataRoot(tmp / "home")
     driver = _LiveDriver(events, root)
     resume = {k: v for k, v in options.items() if k in _RESUME_OPTIONS}
@@ -299,8 +309,9 @@ async def record_live(trace: TraceSource, agent: AgentFactory, tmp: Path) -> lis
             if runner is not None:
                 await stack.enter_async_context(runner)
             for segment, cut in zip(segments, cuts, strict=True):
+                recorded = per_step[index]
                 if session_id is None:
-                    session = await Session.create(root=root, **options)
+                    session = await Session.create(root=root, **recorded, **options)
                 else:
                     session = await resume_session(
                         root,
@@ -308,6 +319,7 @@ async def record_live(trace: TraceSource, agent: AgentFactory, tmp: Path) -> lis
                         llm=llm,
                         environment=options["environment"],
                         workspace=options["workspace"],
+                        **recorded,
                         **resume,
                     )
                 driver.session = session
@@ -316,6 +328,7 @@ async def record_live(trace: TraceSource, agent: AgentFactory, tmp: Path) -> lis
                 async with session:
                     session_id = session.id
                     for step in segment:
+                        _settle(session, per_step[index])
                         driver.begin_step(index)
                         index += 1
                         driver.signal = AbortSignal()
@@ -340,6 +353,33 @@ async def record_live(trace: TraceSource, agent: AgentFactory, tmp: Path) -> lis
         )
     assert session_id is not None
     return [*root.trace_files(session_id), *_children_files(root, session_id)]
+
+
+# The settings a run records that a re-recording takes from the golden when the agent leaves
+# them open (SPEC §23).
+_RUN_SETTINGS: Final = ("max_turns", "compaction", "retry", "thinking_level")
+
+
+def _run_settings(
+    trace: TraceSource, steps: list[g._Step], agent: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """Per run, the settings its recorded settings record states, for the keys the agent does
+    not set: a session resumed with other settings is re-recorded so (a golden without
+    settings records gives none: the agent's and the engine's defaults apply)."""
+    records = g._step_records(steps, g._settings_in_force(trace))
+    out: list[dict[str, Any]] = []
+    for record in records:
+        stated = recorded_options(record)
+        out.append({k: stated[k] for k in _RUN_SETTINGS if k in stated and k not in agent})
+    return out
+
+
+def _settle(session: Session, recorded: Mapping[str, Any]) -> None:
+    """A run's own recorded turn limit and default thinking level (read per run)."""
+    if "max_turns" in recorded:
+        session.options.max_turns = recorded["max_turns"]
+    if "thinking_level" in recorded:
+        session.options.thinking_level = recorded["thinking_level"]
 
 
 def _children_files(root: DataRoot, session_id: str) -> list[Path]:

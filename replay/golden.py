@@ -741,17 +741,27 @@ def _settings_in_force(trace: TraceSource) -> list[SettingsPayload | None]:
     return out
 
 
+def _step_records(
+    steps: list[_Step], in_force: list[SettingsPayload | None]
+) -> list[SettingsPayload | None]:
+    """Each step's settings record: the last one in force at its last record (a run's record
+    precedes its input, R-SET-2; the next run's comes after)."""
+    out: list[SettingsPayload | None] = []
+    for i, step in enumerate(steps):
+        end = steps[i + 1].start if i + 1 < len(steps) else len(in_force)
+        out.append(in_force[max(step.start, end - 1)] if in_force else None)
+    return out
+
+
 def _configure(
     steps: list[_Step],
     in_force: list[SettingsPayload | None],
     ev: _Evidence,
     explicit: Mapping[str, Any],
 ) -> None:
-    """Give each step the settings of its run: the last settings record in force at its last
-    record (a run's record precedes its input, R-SET-2; the next run's comes after)."""
-    for i, step in enumerate(steps):
-        end = steps[i + 1].start if i + 1 < len(steps) else len(in_force)
-        record = in_force[max(step.start, end - 1)] if in_force else None
+    """Give each step the settings of its run (its settings record, else what the trace
+    shows; explicit options win)."""
+    for step, record in zip(steps, _step_records(steps, in_force), strict=True):
         step.settings = _infer(ev, record, **explicit)
 
 

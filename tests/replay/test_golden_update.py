@@ -624,3 +624,54 @@ def test_an_abort_at_an_approval_rerecords_there(tmp_path: Path) -> None:
     assert shape(source)[1]  # a fired abort, placed at the call
     (tmp_path / "again").mkdir()
     assert_rerecorded(source, scripted(responses, approve=allow_all), tmp_path / "again")
+
+
+def test_settings_changed_between_runs_are_rerecorded_unless_the_agent_sets_them(
+    tmp_path: Path,
+) -> None:
+    """SPEC §23 with R-GOLD-6: a session resumed with a turn limit of 1 (run 2 stops at it) is
+    re-recorded with the settings each run recorded, for the keys the agent leaves open; a
+    key the agent sets is the agent's."""
+    tool = call("exec_command", {"cmd": "ls"}, "a.txt")
+    responses = [[tool], [{"text": "done"}], [tool], [{"text": "after the limit"}]]
+
+    async def record() -> str:
+        from replay import resume_session
+
+        options = scripted(responses, approve=None, max_turns=5)(tmp_path / "ws")
+        del options["approve"], options["max_turns"]
+        session = await Session.create(
+            root=tmp_path / "home", workspace=tmp_path / "ws", max_turns=5, **options
+        )
+        async with session:
+            await collect(session.run([b.user_text("one")], approve=allow_all))
+        del options["system_prompt"]
+        resumed = await resume_session(
+            DataRoot(tmp_path / "home"), session.id, max_turns=1, **options
+        )
+        async with resumed:
+            await collect(resumed.run([b.user_text("two")], approve=allow_all))
+        return session.id
+
+    (tmp_path / "ws").mkdir()
+    session_id = anyio.run(record)
+    source = tmp_path / "golden"
+    for f in DataRoot(tmp_path / "home").trace_files(session_id):
+        (source / f.parent.name).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(f, source / f.parent.name / f.name)
+    notice = "[reached max turns (1); stopping]"
+    assert notice in "".join(p.read_text() for p in source.rglob("*.jsonl"))
+
+    def open_agent(workspace: Path) -> dict[str, Any]:
+        options = scripted(responses, approve=allow_all)(workspace)
+        del options["max_turns"]  # left open: each run's recorded limit
+        return options
+
+    (tmp_path / "open").mkdir()
+    new = assert_rerecorded(source, open_agent, tmp_path / "open")
+    assert notice in "".join(p.read_text() for p in new.rglob("*.jsonl"))
+    (tmp_path / "set").mkdir()
+    own = rerecord_into(source, scripted(responses, approve=allow_all), tmp_path / "set")
+    text = "".join(p.read_text() for p in own.rglob("*.jsonl"))
+    assert notice not in text and "after the limit" in text  # the agent's max_turns=100
+    assert str(replay_trace(own)) == "match"
