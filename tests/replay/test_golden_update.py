@@ -20,6 +20,7 @@ from engine import (
     AbortSignal,
     CompactionSettings,
     LocalEnvironment,
+    RetryPolicy,
     Session,
     SessionSubagentRunner,
     allow_all,
@@ -675,3 +676,48 @@ def test_settings_changed_between_runs_are_rerecorded_unless_the_agent_sets_them
     text = "".join(p.read_text() for p in own.rglob("*.jsonl"))
     assert notice not in text and "after the limit" in text  # the agent's max_turns=100
     assert str(replay_trace(own)) == "match"
+
+
+def test_an_aborted_goal_and_its_continuation_rerecord(tmp_path: Path) -> None:
+    """R-GOLD-4, R-GOAL-7: a goal whose round 2 ended by an auth failure and its continuation
+    (``GoalOptions(resume=True)``) are re-recorded as two goal runs, the same ones."""
+    from engine import GoalOptions, LocalEnvironment
+
+    edit = {"path": "${GOAL_FILE}", "old": "\nstatus: active", "new": "\nstatus: complete"}
+    responses = [
+        [{"text": "Round 1: working."}],
+        [{"fail": {"status": "auth", "message": "key revoked"}}],
+        [{"tool_call": {"name": "edit_file", "arguments": edit}}],
+        [{"text": "Done."}],
+    ]
+
+    def agent(workspace: Path) -> dict[str, Any]:
+        return {
+            "llm": ScriptedLLM({"responses": responses}),
+            "environment": LocalEnvironment(workspace),
+            "retry": RetryPolicy(base_ms=1, cap_ms=2),
+            "approve": allow_all,
+        }
+
+    async def record() -> str:
+        options = agent(tmp_path / "ws")
+        del options["approve"]
+        session = await Session.create(root=tmp_path / "home", workspace=tmp_path / "ws", **options)
+        async with session:
+            goal = GoalOptions(budget=50_000)
+            await collect(session.run([b.user_text("Ship it")], approve=allow_all, goal=goal))
+            goal = GoalOptions(resume=True, budget=50_000)
+            await collect(session.run(None, approve=allow_all, goal=goal))
+        return session.id
+
+    (tmp_path / "ws").mkdir()
+    session_id = anyio.run(record)
+    source = tmp_path / "golden"
+    for f in DataRoot(tmp_path / "home").trace_files(session_id):
+        (source / f.parent.name).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(f, source / f.parent.name / f.name)
+    (tmp_path / "again").mkdir()
+    new = assert_rerecorded(source, agent, tmp_path / "again")
+    assert shape(new)[5] == 2  # two goal runs
+    text = "".join(p.read_text() for p in new.rglob("*.jsonl"))
+    assert '"outcome":"aborted"' in text and '"outcome":"complete"' in text
