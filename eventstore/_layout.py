@@ -36,12 +36,11 @@ from ._private import write_private
 from ._reader import MAX_LINE_BYTES, _scan, file_index
 from ._residue import ResidueCheck
 from ._schema import OmniMessage
-from .archive import RECORD_SUFFIX, fetch_missing
+from .archive import RECORD_SUFFIX, ArchiveWarning, fetch_missing
 
 __all__ = [
     "DEFAULT_AGENT",
     "DEFAULT_PROJECT",
-    "ArchiveWarning",
     "DataRoot",
     "OutsideRootWarning",
     "SessionInfo",
@@ -528,10 +527,6 @@ class DataRoot:
         except (FileNotFoundError, NotADirectoryError):
             return []
         return sorted((e.name, Path(e.path), e.is_symlink()) for e in entries if e.is_file())
-
-
-class ArchiveWarning(UserWarning):
-    """A listing left out a session whose archived files could not be fetched back."""
 
 
 # --------------------------------------------------------------------------- file peeks

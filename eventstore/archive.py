@@ -47,6 +47,7 @@ __all__ = [
     "RECORD_SUFFIX",
     "ArchiveError",
     "ArchiveOutcome",
+    "ArchiveWarning",
     "ArchivedFile",
     "archive_session",
     "archived_files",
@@ -58,6 +59,10 @@ __all__ = [
 
 RECORD_SUFFIX: Final = ".archived.json"
 _CHUNK: Final = 1 << 20
+
+
+class ArchiveWarning(UserWarning):
+    """A listing left out a session whose archived files could not be fetched back."""
 
 
 class ArchivedFile(msgspec.Struct, frozen=True, kw_only=True):

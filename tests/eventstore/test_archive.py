@@ -18,6 +18,7 @@ from s3kit import BUCKET, SECRET_KEY, CuttingProxy, S3Server, s3_env
 from eventstore import DataRoot, SessionLocked, TraceWriter, read_trace
 from eventstore.archive import (
     ArchiveError,
+    ArchiveWarning,
     archive_session,
     archived_files,
     idle_sessions,
@@ -172,8 +173,6 @@ def test_a_changed_object_is_refused_when_fetched(tmp_path: Path, s3: S3Server) 
     assert caught.value.url is not None and caught.value.url.endswith(files[0].name)
     assert not files[0].exists()  # nothing half-fetched is left under the name
     assert not list(files[0].parent.glob(".*.fetch"))
-    from eventstore._layout import ArchiveWarning
-
     with pytest.warns(ArchiveWarning, match=SID):
         assert root.sessions() == []  # a listing leaves it out, and says so
 

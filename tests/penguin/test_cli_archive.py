@@ -1,5 +1,5 @@
 """``penguin archive`` against moto's S3 server on loopback: the readers (sessions, show,
-inspect, validate, replay, export, query) read archived sessions as if they never left, and
+inspect, validate, replay, export, query, search, stats) read archived sessions as if they never left, and
 ``resume`` fetches what it needs and appends.  R-TRACE-18: never a session a writer holds."""
 
 from __future__ import annotations
@@ -72,6 +72,8 @@ def test_readers_read_an_archived_session_and_resume_appends(tmp_path: Path, s3:
         (("replay", sid), ""),
         (("export", sid, "--format", "md"), "Here are two files."),
         (("query", "SELECT count(*) AS n FROM sessions", "--format", "json"), '"n": 1'),
+        (("search", "files", "--json"), sid),
+        (("stats", "--all"), "1"),
     ]
     for args, shown in readers:
         result = invoke("--home", home, *args)
