@@ -1,5 +1,6 @@
-"""One status (SPEC R-SET-5): a CLI run is ``running`` in the CLI and the server while its
-process holds the lock, and ``interrupted`` in both once it is SIGKILLed.
+"""One status (SPEC R-SET-5): a CLI run is ``running`` in the CLI (``sessions``, ``show``), the
+server and analytics (``query``) while its process holds the lock, and ``interrupted`` in all of
+them once it is SIGKILLed.
 
 Before, the three surfaces disagreed: the server read a crashed session as ``completed`` (its
 last request) or ``null``, ``penguin sessions`` as ``interrupted``, and the server's rows had no
@@ -38,6 +39,16 @@ async def _statuses_server(home: Path) -> dict[str, str]:
         return {row["id"]: row["status"] for row in r.json()["sessions"]}
 
 
+def _status_show_and_query(home: Path, sid: str) -> tuple[str, str]:
+    """``penguin show --json``'s status and the analytics ``sessions`` view's (``penguin query``)."""
+    shown = invoke("--home", home, "show", sid, "--json")
+    assert shown.exit_code == 0, shown.output
+    query = invoke("--home", home, "query", "SELECT status FROM sessions", "--format", "json")
+    assert query.exit_code == 0, query.output
+    (row,) = json.loads(query.stdout)
+    return json.loads(shown.stdout)["status"], row["status"]
+
+
 async def test_a_sigkilled_cli_run_is_interrupted_everywhere(tmp_path: Path) -> None:
     home, ws = tmp_path / "home", tmp_path / "ws"
     ws.mkdir()
@@ -55,8 +66,10 @@ async def test_a_sigkilled_cli_run_is_interrupted_everywhere(tmp_path: Path) -> 
         (sid,) = _statuses_cli(home)
         assert _statuses_cli(home)[sid] == "running"  # the lock is held
         assert (await _statuses_server(home))[sid] == "running"
+        assert _status_show_and_query(home, sid) == ("running", "running")
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     assert _statuses_cli(home)[sid] == "interrupted"
     assert (await _statuses_server(home))[sid] == "interrupted"
+    assert _status_show_and_query(home, sid) == ("interrupted", "interrupted")
