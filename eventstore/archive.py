@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 
@@ -200,6 +201,9 @@ def archive_session(
     failed upload or a differing hash keeps the local file (``status="kept"``) and the files
     after it are still tried.  A file already archived with the same hash is not uploaded again
     (``evicted``).  ``fs`` is an fsspec filesystem to use instead of one made from ``to``."""
+    _no_secrets(to)
+    if endpoint_url is not None:
+        _no_secrets(endpoint_url)
     loc, local = root._local_files(session_id, project=project, agent=agent)
     directory = root.traces_dir(loc.project, loc.agent) / loc.date
     record = record_path(directory, session_id)
@@ -230,6 +234,20 @@ def archive_session(
         return outcomes
     finally:
         os.close(fd)
+
+
+def _no_secrets(url: str) -> None:
+    """Refuse a URL that carries credentials or a query (a signature, a token): the URLs are
+    written into the archive record, and credentials belong to the environment."""
+    parts = urlsplit(url)
+    if parts.username is not None or parts.password is not None or parts.query:
+        shown = urlunsplit((parts.scheme, parts.hostname or "", parts.path, "", ""))
+        raise ArchiveError(
+            f"{shown}: a URL with credentials or a query string is not accepted (it would be "
+            "recorded); give credentials through the environment (AWS_ACCESS_KEY_ID, "
+            "AWS_PROFILE, …)",
+            url=shown,
+        )
 
 
 def _archive_file(

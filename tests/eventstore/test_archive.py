@@ -194,3 +194,22 @@ def test_idle_sessions_and_delete_keep_the_record_straight(tmp_path: Path, s3: S
     removed = root.delete_session(SID)  # fetches nothing back to delete it
     assert record_path(old[0].parent, SID) in removed
     assert [i.session_id for i in root.sessions()] == [new_sid]
+
+
+@pytest.mark.parametrize(
+    ("to", "endpoint"),
+    [
+        (f"s3://AKIAX:{SECRET_KEY}@{BUCKET}/p", None),
+        (TO, f"http://user:{SECRET_KEY}@127.0.0.1:9"),
+        (f"{TO}?X-Amz-Signature={SECRET_KEY}", None),
+    ],
+)
+def test_credentials_in_a_url_are_refused_and_never_recorded(
+    tmp_path: Path, to: str, endpoint: str | None
+) -> None:
+    home = tmp_path / "home"
+    files = _session(home)
+    with pytest.raises(ArchiveError, match="credentials or a query") as caught:
+        archive_session(DataRoot(home), SID, to=to, endpoint_url=endpoint)
+    assert SECRET_KEY not in str(caught.value)
+    assert all(f.exists() for f in files) and not record_path(files[0].parent, SID).exists()
