@@ -229,7 +229,7 @@ export function conversationView(root, id) {
       case "task_state":
         stateEvents += 1;
         setState(ev.state);
-        if (ev.state === "idle") { transcript.dropSteers(); details(); }
+        if (ev.state === "idle") { transcript.interruptOpen(); transcript.dropSteers(); details(); }
         break;
       case "approval_request": transcript.approval(ev.tool_call); break;
       case "title": setText(title, ev.title); break;
@@ -238,7 +238,7 @@ export function conversationView(root, id) {
         goalTag.hidden = false;
         setText(goalTag, `goal ${ev.outcome} · ${ev.rounds} rounds · ${ev.tokens_used} tokens`);
         break;
-      case "resync_required": transcript.interruptOpen(); break;
+      case "resync_required": transcript.staleOpen(); break;
       default: break;
     }
   }

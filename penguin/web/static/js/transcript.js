@@ -115,6 +115,9 @@ export class Transcript {
   partial(key, p) {
     const content = key === "text" ? p.text : p.thinking;
     let block = this.open.get(key);
+    // After a resync some deltas are gone: the block waits for its complete message as is.
+    if (block && block.stale && p.event_type !== "start") return block;
+    if (block && block.stale) this.interrupt(block);
     if (p.event_type === "start" || !block) {
       block = this.push({ kind: key === "text" ? "assistant" : "thinking", text: content || "", streaming: true });
       this.open.set(key, block);
@@ -267,16 +270,16 @@ export class Transcript {
     });
   }
 
-  /** After `resync_required` (the server restarted, or its buffer was lost): what is still
-   * streaming was not kept by the trace (a kept message came before and closed its block), so
-   * it stays on the page, marked interrupted, instead of vanishing. */
+  /** After `resync_required` (the server restarted, or its buffer was lost) some fragments
+   * are gone: a half-shown segment takes no more deltas and waits for its complete message. */
+  staleOpen() {
+    for (const block of this.open.values()) if (block.streaming) block.stale = true;
+  }
+
+  /** The session is idle: a segment still open was never recorded (the server stopped in the
+   * middle of it), so it stays on the page, marked interrupted, instead of vanishing. */
   interruptOpen() {
-    for (const block of this.open.values()) {
-      if (!block.streaming) continue;
-      if (!block.text.trim()) { this.remove(block); continue; }
-      Object.assign(block, { streaming: false, interrupted: true });
-      this.refresh(block);
-    }
+    for (const block of this.open.values()) this.interrupt(block);
     this.open.clear();
     for (const block of this.tools.values()) {
       if (!block.done && (block.streaming || block.running || block.pending)) {
@@ -284,6 +287,13 @@ export class Transcript {
         this.refresh(block);
       }
     }
+  }
+
+  interrupt(block) {
+    if (!block.streaming) return;
+    if (!block.text.trim()) { this.remove(block); return; }
+    Object.assign(block, { streaming: false, stale: false, interrupted: true });
+    this.refresh(block);
   }
 
   /** A steering message the server accepted: shown as queued until the engine delivers it. */
