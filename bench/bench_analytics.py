@@ -10,7 +10,7 @@ process, as a ratio in the same run (target >= 10x); the cold build of the cache
 refresh after 1% of the sessions grew by a turn (only the appended bytes are read).
 
 ``python -m bench analytics``; ``BENCH_FLEET=N`` changes the number of sessions of the first
-part, ``BENCH_CACHE_FLEET=N`` of the cache's.
+part (0 skips it), ``BENCH_CACHE_FLEET=N`` of the cache's.
 """
 
 from __future__ import annotations
@@ -139,6 +139,8 @@ def main() -> None:
         print("analytics: DuckDB not installed (pip install 'penguin-engine[analytics]')")
         return
     cache_main()
+    if SESSIONS <= 0:  # BENCH_FLEET=0: the cache's part only
+        return
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
         start = time.perf_counter()

@@ -43,6 +43,7 @@ __all__ = ["CacheInfo", "cache_dir", "cached_views"]
 
 _DIR: Final = ("analytics-v1",)
 _LINES: Final = "lines"
+_LIVE: Final = "live"  # (session_id, gen) of every session of the manifest
 _LAYERS: Final = (_LINES, *VIEWS)
 # A layer with more segments than this is rewritten into one (dead generations dropped).
 _MAX_SEGMENTS: Final = 8
@@ -321,6 +322,11 @@ def _rebuild(
     for layer, name in written.items():
         m.segments.setdefault(layer, []).append(name)
     _compact(con, directory, m)
+    _table(con, "_sgen", ["session_id", "gen"], _live_sessions(m), ["VARCHAR", "BIGINT"])
+    for old in m.segments.get(_LIVE, []):
+        m.retired[old] = time.time()
+    m.segments[_LIVE] = [_copy(con, directory, "SELECT * FROM _sgen")]
+    con.execute("DROP TABLE _sgen")
     write_private(directory / "manifest.json", msgspec.json.encode(m))
     _forget_retired(directory, m)
     return CacheInfo(directory, len(dirty), len(states), read_bytes)
@@ -432,8 +438,15 @@ def _drop_build_tables(con: duckdb.DuckDBPyConnection) -> None:
 def _create_cached_views(
     con: duckdb.DuckDBPyConnection, directory: Path, m: _Manifest, show: set[str] | None
 ) -> None:
-    live = [(sid, gen) for sid, gen in _live_sessions(m) if show is None or sid in show]
-    _table(con, "_live", ["session_id", "gen"], live, ["VARCHAR", "BIGINT"])
+    if show is None and m.segments.get(_LIVE):
+        # The manifest's generations, written with it: no Python list to hand DuckDB.
+        con.execute(
+            "CREATE OR REPLACE TEMP VIEW _live AS SELECT * FROM "
+            f"read_parquet({_list(directory, m.segments[_LIVE])})"
+        )
+    else:
+        live = [(sid, gen) for sid, gen in _live_sessions(m) if show is None or sid in show]
+        _table(con, "_live", ["session_id", "gen"], live, ["VARCHAR", "BIGINT"])
     for view in VIEWS:
         if view == "sessions":  # R-SET-5: the status is the live one (``_status``), not cached
             con.execute(

@@ -8,6 +8,7 @@ directory per view, partitioned by day).  Does not: print or format results (the
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -18,6 +19,7 @@ from eventstore import MAX_LINE_BYTES
 from ._cache import CacheInfo, cached_views
 from ._exceptions import AnalyticsError, AnalyticsUnavailable
 from ._load import load
+from ._parquet import parquet_views
 from ._reports import REPORTS
 from ._sources import TraceFile, files_from_glob, files_from_root
 from ._status import create_status_table, reads_sessions, store_status
@@ -163,6 +165,8 @@ def open_fleet(
     threads: int | None = None,
     read_only: bool = False,
     cache: bool = False,
+    parquet: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> Fleet:
     """Build the views over every trace file of a data root (``home``; default
     ``$PENGUIN_HOME``, else ``~/.penguin/data``) or of a glob (``traces``, ``**`` allowed).
@@ -181,10 +185,16 @@ def open_fleet(
     (``<home>/.cache/analytics-v1``), refreshed first -- only the bytes appended since the
     last refresh are read, only the sessions whose files changed are folded again -- with the
     same rows as without it.  A root where the cache cannot be written is read without it.
+
+    ``parquet``: the views over a Parquet export instead (``export_parquet``'s directory, or
+    its copy on object storage: ``s3://bucket/prefix`` and any other fsspec URL, with
+    ``storage_options`` for its filesystem); the named reports run on it unchanged.
     """
     duckdb = _duckdb()
-    if home is not None and traces is not None:
-        raise AnalyticsError("give a data root or a glob of trace files, not both")
+    if sum(x is not None for x in (home, traces, parquet)) > 1:
+        raise AnalyticsError("give one source: a data root, a glob of trace files or Parquet")
+    if parquet is not None:
+        return _open_parquet(duckdb, parquet, storage_options, threads=threads, read_only=read_only)
     if traces is not None:
         files = files_from_glob(traces)
     else:
@@ -226,3 +236,37 @@ def open_fleet(
         con.close()
         raise
     return Fleet(con, files, read_only=read_only, cache=info)
+
+
+def _open_parquet(
+    duckdb: Any,
+    location: str,
+    storage_options: Mapping[str, Any] | None,
+    *,
+    threads: int | None,
+    read_only: bool,
+) -> Fleet:
+    con = duckdb.connect(":memory:")
+    try:
+        if threads is not None:
+            con.execute(f"SET threads = {int(threads)}")
+        create_status_table(con)
+        load(con, [], max_line_bytes=MAX_LINE_BYTES)
+        create_views(con)  # empty: their columns, for the views without files
+        read = parquet_views(con, location, storage_options=storage_options, materialize=read_only)
+        if read_only:
+            local = [f for f in read if "://" not in f]
+            if local:
+                # Local files are read when a query runs: those files only.
+                con.execute("SET allowed_paths = ?", [local])
+            con.execute("SET enable_external_access = false")
+            con.execute("SET lock_configuration = true")
+    except duckdb.Error as exc:
+        con.close()
+        raise AnalyticsError(f"reading the Parquet views failed: {exc}") from None
+    except BaseException:
+        con.close()
+        raise
+    fleet = Fleet(con, [], read_only=read_only)
+    fleet._fold_stored = fleet._status_stored = True  # nothing to compute: Parquet rows
+    return fleet

@@ -95,6 +95,35 @@ def _fleet(
         yield fleet
 
 
+def _options(pairs: list[str]) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise CliError(
+                f"--storage-option {safe(pair, keep_newlines=False)!r}: expected KEY=VALUE"
+            )
+        key = key.strip()
+        if key == "endpoint_url":  # s3fs takes it among the client's arguments
+            options.setdefault("client_kwargs", {})["endpoint_url"] = value
+        else:
+            options[key] = {"true": True, "false": False}.get(value.lower(), value)
+    return options
+
+
+@contextmanager
+def _parquet_fleet(location: str, pairs: list[str]) -> Iterator[Fleet]:
+    from replay.analytics import AnalyticsError, AnalyticsUnavailable
+    from replay.analytics import open_fleet as _open_fleet
+
+    try:
+        fleet = _open_fleet(parquet=location, storage_options=_options(pairs), read_only=True)
+    except (AnalyticsUnavailable, AnalyticsError) as exc:
+        raise CliError(str(exc)) from None
+    with fleet:
+        yield fleet
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return ""
@@ -161,6 +190,26 @@ def query(
             metavar="NAME",
         ),
     ] = None,
+    parquet: Annotated[
+        str | None,
+        typer.Option(
+            "--parquet",
+            help="The views of a Parquet export instead (export-parquet's DIR), local or on "
+            "object storage through fsspec: s3://BUCKET/PREFIX, gs://..., with the "
+            "filesystem's credentials from its usual environment.",
+            show_default=False,
+            metavar="DIR|URL",
+        ),
+    ] = None,
+    storage_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--storage-option",
+            help="With --parquet URL: an option of its fsspec filesystem, KEY=VALUE "
+            "(repeatable; e.g. endpoint_url=http://127.0.0.1:9000 for s3://).",
+            metavar="KEY=VALUE",
+        ),
+    ] = None,
     cache: Annotated[
         bool,
         typer.Option(
@@ -185,7 +234,14 @@ def query(
             raise CliError("give SQL or --report NAME (one of them)")
         if report is not None and report not in REPORT_NAMES:
             raise CliError(f"unknown report {report!r}; choose one of {', '.join(REPORT_NAMES)}")
-        with _fleet(ctx, home, traces, read_only=True, cache=cache) as fleet:
+        if parquet is not None and (home is not None or traces is not None):
+            raise CliError("--parquet reads an export: give it alone, without --home/--traces")
+        opened = (
+            _parquet_fleet(parquet, storage_option or [])
+            if parquet is not None
+            else _fleet(ctx, home, traces, read_only=True, cache=cache)
+        )
+        with opened as fleet:
             try:
                 result = fleet.report(report) if report is not None else fleet.sql(sql or "")
             except AnalyticsError as exc:
