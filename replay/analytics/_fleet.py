@@ -191,8 +191,10 @@ def open_fleet(
     ``storage_options`` for its filesystem); the named reports run on it unchanged.
     """
     duckdb = _duckdb()
-    if sum(x is not None for x in (home, traces, parquet)) > 1:
-        raise AnalyticsError("give one source: a data root, a glob of trace files or Parquet")
+    if home is not None and traces is not None:
+        raise AnalyticsError("give a data root or a glob of trace files, not both")
+    if parquet is not None and (home is not None or traces is not None):
+        raise AnalyticsError("give one source: Parquet, not both it and trace files")
     if parquet is not None:
         return _open_parquet(duckdb, parquet, storage_options, threads=threads, read_only=read_only)
     if traces is not None:
