@@ -196,16 +196,23 @@ async def open_session(
     agent: str,
     fsync: FsyncPolicy = "turn",
     source: Literal["subagent", "schedule"] | None = None,
+    defaults: Mapping[str, Any] | None = None,
     **engine_options: Any,
 ) -> Session:
     """A new session (``session_id`` None) or the recorded one resumed, with ``resolved``'s
     settings; the environment is built for ``workspace`` once the model is known.
-    ``engine_options``: the engine's own keyword options of features (``mcp``, ``sandbox``,
-    ``network``, ``approval_rules``…), passed on to ``Session.create`` / ``resume_session``."""
+    ``engine_options``: the engine's own keyword options of features (``sandbox``,
+    ``network``…) given explicitly, passed on to ``Session.create`` / ``resume_session``.
+    ``defaults``: the host's configured ones (``snapshots``…): a new session takes them, a
+    resumed one only those its settings record does not state (R-SET-3: the record wins)."""
     from replay import resume_session
 
     env = environment(llm, workspace)
-    options = {**resolved.session_options(), **engine_options}
+    given = dict(defaults or {})
+    if session_id is not None:
+        recorded = recorded_options(resolved.restored)
+        given = {k: v for k, v in given.items() if k not in recorded}
+    options = {**given, **resolved.session_options(), **engine_options}
     if session_id is None:
         return await Session.create(
             llm=llm,

@@ -362,7 +362,8 @@ class SessionHost:
                     agent=h.agent,
                     fsync=self._fsync,
                     **({} if h.sandbox is None else _box_options(h.sandbox)),
-                    snapshots=self._snapshots,
+                    # The server's snapshot setting: a session keeps its recorded one (R-SET-3).
+                    defaults={"snapshots": self._snapshots},
                 )
             except SandboxUnavailable as exc:
                 await _close_llm(llm)

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+from clikit import invoke
+
 from engine import CompactionSettings, RetryPolicy, Session
-from eventstore import SettingsPayload
+from eventstore import SettingsPayload, WorkspaceSnapshotPayload, iter_trace
 from penguin._setup import Overrides, resolve, settings_line
 
 RECORDED = SettingsPayload(
@@ -54,3 +59,36 @@ def test_the_restored_settings_on_one_line() -> None:
     )
     assert settings_line(None) == "settings: none recorded (the defaults apply)"
     assert "compaction off" in settings_line(SettingsPayload(compaction=False))
+
+
+def test_resume_keeps_the_recorded_snapshots_over_the_configs_r_set_3(tmp_path: Path) -> None:
+    """config.toml's ``snapshots`` is a default: a session recorded with snapshots off stays
+    off when resumed under a config that has them on (and takes no snapshot)."""
+    home, ws = tmp_path / "home", tmp_path / "ws"
+    home.mkdir()
+    ws.mkdir()
+    config = home / "config.toml"
+    config.write_text('[defaults]\nsnapshots = "false"\n')
+    script = tmp_path / "script.json"
+    calls = [
+        [{"tool_call": {"name": "write_file", "arguments": {"path": "a.txt", "content": "x"}}}],
+        [{"text": "done"}],
+    ]
+    script.write_text(json.dumps(calls))
+    first = invoke("--home", home, "run", "-m", "go", "--workspace", ws, "--script", script)
+    assert first.exit_code == 0, first.output
+    config.write_text("")  # snapshots on by default from now on
+    second = invoke("--home", home, "resume", "-m", "again", "--script", script)
+    assert second.exit_code == 0, second.output
+    records = [r for p in sorted(home.rglob("*.jsonl")) for r in iter_trace(p)]
+    settings = [r.payload for r in records if isinstance(r.payload, SettingsPayload)]
+    assert [s.snapshots for s in settings] == [False]  # stated once, unchanged by the resume
+    assert not [r for r in records if isinstance(r.payload, WorkspaceSnapshotPayload)]
+    # A new session takes the config's default.
+    third = invoke("--home", home, "run", "-m", "go", "--workspace", ws, "--script", script)
+    assert third.exit_code == 0, third.output
+    assert any(
+        isinstance(r.payload, WorkspaceSnapshotPayload)
+        for p in home.rglob("*.jsonl")
+        for r in iter_trace(p)
+    )

@@ -82,8 +82,8 @@ class Setup:
                 project=project,
                 agent=agent,
                 **self.sandbox,
-                # The config's snapshot setting, also on resume (as each command always did).
-                **snapshot_settings(load_config(self.root.home)),
+                # config.toml's snapshot setting: a resumed session keeps its recorded one.
+                defaults=snapshot_settings(load_config(self.root.home)),
             )
 
 
