@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -84,17 +85,32 @@ def _continues(
     return True
 
 
-def catch_up(db: sqlite3.Connection, info: SessionInfo) -> bool:
-    """Bring one session's rows up to its files; True when they changed.  Runs its own
-    ``BEGIN IMMEDIATE`` transaction (the caller holds none)."""
-    skey = session_key(info.project, info.agent, info.session_id)
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        changed = _catch_up_locked(db, info, skey)
-        db.execute("COMMIT")
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
+#: A batch of sessions caught up in one transaction ends after this long: a commit costs
+#: more than a small session's fold, and the other writer waits at most this for the lock.
+BATCH_SECONDS: Final = 0.5
+
+
+def catch_up(db: sqlite3.Connection, infos: list[SessionInfo]) -> list[str]:
+    """Bring the sessions' rows up to their files; returns the ids whose rows changed.  Runs
+    its own ``BEGIN IMMEDIATE`` transactions (the caller holds none), one per batch of
+    sessions; the checkpoints are read inside them, so a concurrent writer's work is seen."""
+    changed: list[str] = []
+    pending = list(infos)
+    while pending:
+        db.execute("BEGIN IMMEDIATE")
+        started = time.monotonic()
+        done: list[str] = []
+        try:
+            while pending and time.monotonic() - started < BATCH_SECONDS:
+                info = pending.pop(0)
+                skey = session_key(info.project, info.agent, info.session_id)
+                if _catch_up_locked(db, info, skey):
+                    done.append(info.session_id)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        changed += done
     return changed
 
 
@@ -280,9 +296,9 @@ def _write(
         "INSERT INTO usage VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", [(skey, *u) for u in usage]
     )
     db.executemany("INSERT INTO errors VALUES (?,?,?,?,?,?,?,?,?)", [(skey, *e) for e in errors])
-    for kind, body, file, ordinal, time in docs:
+    for kind, body, file, ordinal, when in docs:
         cur = db.execute(
             "INSERT INTO docs (skey, kind, file, ordinal, time) VALUES (?,?,?,?,?)",
-            (skey, kind, file, ordinal, time),
+            (skey, kind, file, ordinal, when),
         )
         db.execute("INSERT INTO fts (rowid, body) VALUES (?, ?)", (cur.lastrowid, body))

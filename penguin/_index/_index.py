@@ -144,10 +144,7 @@ class Index:
 
                 with self._write_lock:
                     check_shape(self._writer)
-                for info in todo:
-                    with self._write_lock:
-                        if catch_up(self._writer, info):
-                            changed.append(info.session_id)
+                    changed += catch_up(self._writer, todo)
             changed += self._drop_gone(walked, project, agent)
             return changed
 
