@@ -30,6 +30,8 @@ from eventstore import builders as b
 
 SESSIONS = int(os.environ.get("BENCH_SEARCH_SESSIONS", "10000"))
 SESSION_KB = int(os.environ.get("BENCH_SEARCH_KB", "100"))
+# Each turn is about twice its output in JSONL (text, call, records): the loop counts this.
+_TURN_FACTOR = 2.2
 SMALL = 1000
 REPEATS = 5
 NEEDLE = "zanzibarite"
@@ -84,7 +86,7 @@ def _session(
             b.request_end("completed"),
             b.tool_call_output(cid, out),
         ]
-        size += len(out) + 600
+        size += int((len(out) + 600) * _TURN_FACTOR)
         k += 1
     records += [
         b.request_begin(),

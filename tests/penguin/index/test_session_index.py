@@ -302,3 +302,50 @@ def test_a_cli_and_a_server_process_write_at_once(tmp_path: Path) -> None:
     rows = indexed(home)
     assert rows == fresh(home)
     assert len(rows["usage"]) == 30  # each appended turn's token_usage once
+
+
+def test_a_cli_and_a_real_penguin_serve_write_at_once(tmp_path: Path) -> None:
+    """The same with a real ``penguin serve`` process (its watcher and its requests catch the
+    index up) and ``penguin sessions`` / ``penguin search`` processes, while the traces grow."""
+    import anyio
+    import httpx
+    from serverkit import AUTH, spawn_server
+
+    home = tmp_path / "home"
+    sids = [sid_of(n) for n in range(4)]
+    for sid in sids:
+        _write(trace_file(home, sid=sid), [meta(sid), b.user_text("start")])
+    script = tmp_path / "script.json"
+    script.write_text('{"responses": [[{"text": "hi"}]]}')
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    penguin = str(Path(sys.executable).with_name("penguin"))
+
+    async def main() -> list[dict[str, Any]]:
+        child = await spawn_server(home, script, ws)
+        try:
+            async with httpx.AsyncClient(base_url=child.base, headers=AUTH, timeout=60) as client:
+                for k in range(8):
+                    sid = sids[k % len(sids)]
+                    with trace_file(home, sid=sid).open("ab") as f:
+                        f.write(b"".join(encode_line(r) for r in turn(f"reply {k} albatross")))
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(_run, [penguin, "--home", str(home), "sessions", "--json"])
+                        tg.start_soon(_run, [penguin, "--home", str(home), "search", "albatross"])
+                        tg.start_soon(client.get, "/api/sessions")
+                # The server's rows once every append is folded (its GET catches up first).
+                rows: list[dict[str, Any]] = (await client.get("/api/sessions")).json()["sessions"]
+                return rows
+        finally:
+            child.process.terminate()
+            await child.process.wait()
+
+    async def _run(args: list[str]) -> None:
+        result = await anyio.run_process(args, check=False)
+        assert result.returncode == 0, result.stderr
+
+    rows = anyio.run(main)
+    assert [r["records"] for r in rows] == [2 + 4 * 2] * len(sids)  # two turns each
+    final = indexed(home)
+    assert final == fresh(home)
+    assert len(final["usage"]) == 8
