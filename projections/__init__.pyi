@@ -12,12 +12,24 @@ from ._context import (
     CarryOver as CarryOver,
     ModelContext as ModelContext,
 )
+from ._cost import (
+    DEFAULT_PRICES as DEFAULT_PRICES,
+    Price as Price,
+    estimate_cost as estimate_cost,
+    price_for as price_for,
+    priced_total as priced_total,
+)
 from ._goal import (
     GoalOutcome as GoalOutcome,
     GoalState as GoalState,
 )
 from ._project import (
     project as project,
+)
+from ._spans import (
+    Span as Span,
+    SpanKind as SpanKind,
+    SpanTree as SpanTree,
 )
 from ._state import (
     SessionSettings as SessionSettings,

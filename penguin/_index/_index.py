@@ -15,16 +15,21 @@ import dataclasses
 import json
 import sqlite3
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from eventstore import DataRoot, Diagnostic, SessionInfo, lock_path_of, probe_lock
 
 from ._checkpoint import session_key, unchanged
+from ._costs import priced_groups, priced_sessions
 from ._schema import connect
 from ._search import Hit, search
+
+if TYPE_CHECKING:
+    from projections import Price
 
 __all__ = ["Index", "IndexedSession", "SESSION_COLUMNS"]
 
@@ -49,6 +54,10 @@ SESSION_COLUMNS: Final = [
     # report them; a newer writer's record type is kept and is not counted.
     "unreadable",
 ]
+
+# The server's row plus the first prompt (the sessions list shows it when there is no title)
+# and whether a subagent made the session.
+_ROW_SQL: Final = ", ".join([*SESSION_COLUMNS, "title", "is_child"])
 
 _LISTED: Final = (
     "skey, id, project, agent, created, active, status, open, records, turns, title, max_turns, "
@@ -181,21 +190,29 @@ class Index:
     def session_rows(self) -> list[dict[str, Any]]:
         with self._read_lock:
             cur = self._reader.execute(
-                f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions ORDER BY created DESC, id DESC"
+                f"SELECT {_ROW_SQL} FROM sessions ORDER BY created DESC, id DESC"
             )
-            return [dict(zip(SESSION_COLUMNS, r, strict=True)) for r in cur]
+            return [_row(r) for r in cur]
 
     def session_row(self, sid: str) -> dict[str, Any] | None:
         with self._read_lock:
             r = self._reader.execute(
-                f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE id = ? ORDER BY skey",
+                f"SELECT {_ROW_SQL} FROM sessions WHERE id = ? ORDER BY skey",
                 (sid,),
             ).fetchone()
-        return None if r is None else dict(zip(SESSION_COLUMNS, r, strict=True))
+        return None if r is None else _row(r)
 
     def usage(
-        self, *, start: str | None, end: str | None, group_by: str, session: str | None
+        self,
+        *,
+        start: str | None,
+        end: str | None,
+        group_by: str,
+        session: str | None,
+        prices: Mapping[str, Price] | None = None,
     ) -> list[dict[str, Any]]:
+        """Aggregates per ``group_by`` key, each with its estimated cost from ``prices``
+        (default: ``projections.DEFAULT_PRICES``) and the tokens of its unpriced models."""
         key = {
             "session": "session",
             "model": "model",
@@ -204,15 +221,23 @@ class Index:
         }[group_by]
         where, args = _window(start, end, session)
         sql = (
-            f"SELECT {key} AS k, COUNT(*), SUM(cache_read), SUM(cache_write), SUM(output), "
-            f"SUM(total) FROM usage {where} GROUP BY k ORDER BY k"
+            f"SELECT {key} AS k, model, COUNT(*), SUM(cache_read), SUM(cache_write), SUM(output), "
+            f"SUM(total) FROM usage {where} GROUP BY k, model ORDER BY k"
         )
         with self._read_lock:
             rows = self._reader.execute(sql, args).fetchall()
-        return [
-            {"key": k, "requests": n, "cache_read": a, "cache_write": b, "output": c, "total": t}
-            for k, n, a, b, c, t in rows
-        ]
+        return priced_groups(rows, _prices(prices))
+
+    def session_costs(
+        self, prices: Mapping[str, Price] | None = None
+    ) -> dict[str, tuple[float | None, int]]:
+        """Each session's estimated cost and unpriced tokens (``projections.priced_total``)."""
+        with self._read_lock:
+            rows = self._reader.execute(
+                "SELECT session, model, SUM(cache_read), SUM(cache_write), SUM(output), "
+                "SUM(total) FROM usage GROUP BY session, model"
+            ).fetchall()
+        return priced_sessions(rows, _prices(prices))
 
     def usage_rows(self) -> list[tuple[Any, ...]]:
         """Every usage row: (session, agent, model, kind, cache_read, cache_write, output,
@@ -279,6 +304,20 @@ class Index:
                 agent=agent,
             )
         return [_live(h) for h in hits]
+
+
+def _row(r: tuple[Any, ...]) -> dict[str, Any]:
+    row = dict(zip(SESSION_COLUMNS, r, strict=False))
+    row["first_prompt"], row["subagent"] = r[-2], bool(r[-1])
+    return row
+
+
+def _prices(prices: Mapping[str, Price] | None) -> Mapping[str, Price]:
+    if prices is not None:
+        return prices
+    from projections import DEFAULT_PRICES
+
+    return DEFAULT_PRICES
 
 
 def _live(hit: Hit) -> Hit:

@@ -20,6 +20,7 @@ from .terminal.safe import safe
 
 if TYPE_CHECKING:
     from engine import McpServer
+    from projections import Price
 
 __all__ = [
     "CONFIG_KEYS",
@@ -27,6 +28,7 @@ __all__ = [
     "config_path",
     "load_config",
     "mcp_servers",
+    "price_table",
     "save_config",
     "snapshot_settings",
 ]
@@ -67,6 +69,9 @@ class Config:
     mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
     # ``[approval_rules]``: tool name or glob -> allow/ask/deny (R-MCP-3).
     approval_rules: dict[str, str] = field(default_factory=dict)
+    # ``[prices."MODEL"]``: USD per million tokens (input, output, cached_input), for the
+    # estimated cost the Web App and the usage API show; a key may use ``*`` (docs/settings.md).
+    prices: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def get(self, key: str) -> str | None:
         return self.values.get(key)
@@ -91,11 +96,12 @@ def load_config(home: Path) -> Config:
     except tomllib.TOMLDecodeError as exc:
         raise CliError(f"{shown}: not valid TOML: {exc}") from None
     table = data.get(_TABLE, {})
-    if not isinstance(table, dict) or set(data) - {_TABLE, "mcp", "approval_rules"}:
+    if not isinstance(table, dict) or set(data) - {_TABLE, "mcp", "approval_rules", "prices"}:
         raise CliError(
             f"{shown}: expected only a [{_TABLE}] table of settings "
-            "(and [approval_rules], [mcp.servers.NAME])"
+            "(and [approval_rules], [mcp.servers.NAME], [prices.MODEL])"
         )
+    prices = _check_prices(data.get("prices", {}), shown)
     from penguin._mcp_config import McpConfigError, check_rules_table
 
     try:
@@ -117,7 +123,46 @@ def load_config(home: Path) -> Config:
             value = "true" if value else "false"
         check_setting(key, value, where=shown)
         values[key] = value
-    return Config(path, values, servers, dict(rules))
+    return Config(path, values, servers, dict(rules), prices)
+
+
+_PRICE_KEYS: Final = ("input", "output", "cached_input")
+
+
+def _check_prices(table: object, shown: str) -> dict[str, dict[str, float]]:
+    """``[prices."MODEL"]`` tables of non-negative numbers (``input`` and ``output`` required)."""
+    from projections import Price
+
+    if not isinstance(table, dict):
+        raise CliError(f'{shown}: [prices] holds one table per model, e.g. [prices."gpt-4o"]')
+    out: dict[str, dict[str, float]] = {}
+    for model, row in table.items():
+        where = f"{shown}: [prices.{safe(repr(model))}]"
+        if not isinstance(row, dict) or set(row) - set(_PRICE_KEYS):
+            raise CliError(f"{where}: expected only the keys {', '.join(_PRICE_KEYS)}")
+        if not {"input", "output"} <= set(row):
+            raise CliError(f"{where}: input and output (USD per million tokens) are required")
+        values: dict[str, float] = {}
+        for key, value in row.items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise CliError(f"{where}: {key} must be a number (USD per million tokens)")
+            values[key] = float(value)
+        try:
+            Price(**values)
+        except ValueError as exc:
+            raise CliError(f"{where}: {exc}") from None
+        out[model] = values
+    return out
+
+
+def price_table(config: Config | None) -> dict[str, Price]:
+    """The built-in prices overridden and extended by the config's ``[prices]`` tables."""
+    from projections import DEFAULT_PRICES, Price
+
+    table = dict(DEFAULT_PRICES)
+    if config is not None:
+        table.update({model: Price(**row) for model, row in config.prices.items()})
+    return table
 
 
 def mcp_servers(config: Config) -> dict[str, McpServer]:
@@ -185,4 +230,9 @@ def save_config(config: Config) -> None:
         from penguin._mcp_config import dump_servers
 
         text += dump_servers(config.mcp_servers)
+    for model in sorted(config.prices):
+        row = config.prices[model]
+        text += f"\n[prices.{_quote(model)}]\n" + "".join(
+            f"{key} = {row[key]!r}\n" for key in _PRICE_KEYS if key in row
+        )
     write_private(config.path, text.encode("utf-8"), sync=True)

@@ -29,6 +29,7 @@ from engine import McpServer, RetryPolicy
 from eventstore import DataRoot, FsyncPolicy
 from penguin._index import Index
 from penguin.web import web_app
+from projections import DEFAULT_PRICES, Price
 
 from ._auth import authenticate, load_token
 from ._bodies import BODY_TIMEOUT_S
@@ -205,6 +206,7 @@ def create_app(
     mcp_servers: Mapping[str, McpServer] | None = None,
     snapshots: bool = True,
     otlp: str | None = None,
+    prices: Mapping[str, Price] | None = None,
 ) -> Starlette:
     """The server as an ASGI app; nothing runs until its lifespan starts.  ``fsync`` is the
     durability policy of the sessions it writes (R-TRACE-16); weaker than ``turn`` only by
@@ -214,7 +216,9 @@ def create_app(
     buffers together hold at most ``buffer_pool_bytes`` (least recently used emptied first)
     (issue 29).  ``snapshots``: the sessions it creates and loads take workspace snapshots
     (SPEC §27; on by default, as in the CLI).  ``otlp``: an OTLP/HTTP endpoint the sessions'
-    spans are sent to as their records are written (``replay.otel.LiveExport``)."""
+    spans are sent to as their records are written (``replay.otel.LiveExport``).  ``prices``:
+    USD per million tokens by model (``projections.Price``; default
+    ``projections.DEFAULT_PRICES``) for the estimated costs."""
     data_root = root if isinstance(root, DataRoot) else DataRoot(root)
     tracing = None
     if otlp is not None:
@@ -254,6 +258,7 @@ def create_app(
         body_limit=body_limit,
         logins=_logins(data_root, login_ttl),
         body_timeout=body_timeout,
+        prices=dict(DEFAULT_PRICES if prices is None else prices),
     )
     ctx_box.append(ctx)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -18,6 +19,7 @@ from starlette.responses import Response
 
 from eventstore import DataRoot, OmniMessage, encode, lock_path_of, probe_lock
 from penguin._index import Index
+from projections import DEFAULT_PRICES, Price
 
 from ._channel import Channel
 from ._host import SessionHost
@@ -56,6 +58,8 @@ class ServerContext:
     refresh_lock: anyio.Lock = field(default_factory=anyio.Lock)
     loop: asyncio.AbstractEventLoop | None = None
     logins: Logins = field(default_factory=Logins)
+    # USD per million tokens by model (``config.toml``'s [prices] over the built-in table).
+    prices: Mapping[str, Price] = field(default_factory=lambda: dict(DEFAULT_PRICES))
     # Sessions a session_created event was sent for, or that existed at start (R-SET-6: once
     # per session, and for sessions another process created, which the index finds).
     announced: set[str] = field(default_factory=set)
@@ -99,6 +103,11 @@ class ServerContext:
                     # R-SET-5: this process holds the session's lock.
                     status=st.status_given(locked=True, activity=activity),
                 )
+                # The conversation header: where it works and with which model (a session
+                # not written yet has no index row to say so).
+                meta = session.meta.payload
+                base.setdefault("workspace", getattr(meta, "workspace", None))
+                base.setdefault("model", getattr(meta, "model_id", None))
             elif activity is not None:
                 base["status"] = activity
             base["state"] = h.state
@@ -150,9 +159,11 @@ class ServerContext:
 
 
 def _iso(t: float) -> str:
+    """UTC with its offset, so it orders with the traces' own times (the sessions list sorts
+    by last activity)."""
     import datetime as _dt
 
-    return _dt.datetime.fromtimestamp(t).isoformat()
+    return _dt.datetime.fromtimestamp(t, _dt.UTC).isoformat(timespec="milliseconds")
 
 
 def ctx_of(request: Request) -> ServerContext:

@@ -19,6 +19,8 @@ from . import _bodies as bd
 from . import _routes_control as rc
 from . import _routes_files as rf
 from . import _routes_sessions as rs
+from . import _routes_spans as rsp
+from ._responses import SpansOut, UsageOut
 
 __all__ = ["ROUTES", "RouteSpec", "document"]
 
@@ -114,7 +116,22 @@ ROUTES: tuple[RouteSpec, ...] = (
         bd.ImportBody,
         (201, 400, 409),
     ),
-    RouteSpec("GET", "/api/usage", rf.usage, "Usage aggregates (?from=&to=&group_by=&session=)"),
+    RouteSpec(
+        "GET",
+        _S + "/spans",
+        rsp.spans,
+        "The span tree: runs, turns, requests, tool calls, compactions, subagents nested",
+        None,
+        (200, 404),
+        answer=SpansOut,
+    ),
+    RouteSpec(
+        "GET",
+        "/api/usage",
+        rf.usage,
+        "Usage aggregates with estimated cost (?from=&to=&group_by=&session=)",
+        answer=UsageOut,
+    ),
     RouteSpec("GET", "/api/usage/errors", rf.usage_errors, "Failed requests"),
     RouteSpec(
         "GET",

@@ -241,10 +241,14 @@ async def usage(request: Request) -> Response:
     await ctx.refresh_index()
     rows = await anyio.to_thread.run_sync(
         lambda: ctx.index.usage(
-            start=q.get("from"), end=q.get("to"), group_by=group, session=q.get("session")
+            start=q.get("from"),
+            end=q.get("to"),
+            group_by=group,
+            session=q.get("session"),
+            prices=ctx.prices,
         )
     )
-    return json_response({"group_by": group, "rows": rows})
+    return json_response({"group_by": group, "currency": "USD", "rows": rows})
 
 
 async def usage_errors(request: Request) -> Response:

@@ -66,15 +66,33 @@ async def list_sessions(request: Request) -> Response:
     limit, start = _cursor(request)
     await ctx.refresh_index()
     rows = await anyio.to_thread.run_sync(ctx.index.session_rows)
+    costs = await anyio.to_thread.run_sync(ctx.index.session_costs, ctx.prices)
     seen = {r["id"] for r in rows}
     hosted = ctx.host.hosted
     # Sessions created here and not written yet live only in memory.
     fresh = [ctx.row(h, None) for sid, h in hosted.items() if sid not in seen]
-    fresh.sort(key=lambda r: r["id"], reverse=True)
     all_rows = fresh + [ctx.row(hosted.get(r["id"]), r) for r in rows]
+    for row in all_rows:
+        row["cost"], row["unpriced_tokens"] = costs.get(row["id"], (None, 0))
+    # The most recently active first (a new session counts as active when created).
+    all_rows.sort(key=lambda r: (_when(r.get("last_active") or r.get("created")), r["id"]))
+    all_rows.reverse()
     page = all_rows[start : start + limit]
     nxt = start + limit if start + limit < len(all_rows) else None
     return json_response({"sessions": page, "next_cursor": None if nxt is None else str(nxt)})
+
+
+def _when(iso: str | None) -> float:
+    """Epoch seconds of a row's time (naive: UTC); 0 for none."""
+    import datetime as _dt
+
+    if not iso:
+        return 0.0
+    try:
+        when = _dt.datetime.fromisoformat(iso)
+    except ValueError:
+        return 0.0
+    return (when if when.tzinfo else when.replace(tzinfo=_dt.UTC)).timestamp()
 
 
 def _mcp(

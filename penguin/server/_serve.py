@@ -23,6 +23,7 @@ import uvicorn
 
 from engine import McpServer
 from eventstore import DataRoot, FsyncPolicy
+from projections import Price
 
 from ._app import create_app
 from ._context import ServerContext
@@ -94,6 +95,7 @@ def serve(
     mcp_servers: Mapping[str, McpServer] | None = None,
     snapshots: bool = True,
     otlp: str | None = None,
+    prices: Mapping[str, Price] | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM (which abort running tasks as a user abort would; exit
     within 10 s).  Once bound, ``announce(url)`` gets the login URL (``port=0`` binds a free
@@ -120,6 +122,7 @@ def serve(
         mcp_servers=mcp_servers,
         snapshots=snapshots,
         otlp=otlp,
+        prices=prices,
     )
     ctx: ServerContext = app.state.penguin
     shown = f"[{host}]" if ":" in host else host

@@ -67,11 +67,16 @@ def penguin_serve(
     port: int = 0,
     args: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
+    config: str | None = None,
 ) -> Iterator[Server]:
     """``penguin serve --script`` on a free loopback port (or ``port``: a restart of an earlier
     server on ``tmp`` keeps its home, so its logins and sessions); yields once it printed its
-    login URL (printed after binding). ``script=None``: no script (``args`` name a model)."""
+    login URL (printed after binding). ``script=None``: no script (``args`` name a model).
+    ``config``: the text of the home's config.toml."""
     home = tmp / "home"
+    if config is not None:
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "config.toml").write_text(config, encoding="utf-8")
     workspace = tmp / "workspace"
     workspace.mkdir(parents=True, exist_ok=True)
     environ = {**os.environ, "PENGUIN_SERVER_TOKEN": TOKEN, "PYTHONUNBUFFERED": "1", **(env or {})}

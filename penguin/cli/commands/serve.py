@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from penguin.cli.config import load_config, mcp_servers, snapshot_settings
+from penguin.cli.config import load_config, mcp_servers, price_table, snapshot_settings
 from penguin.cli.errors import CliError, errors_to_exit_codes
 from penguin.cli.globalopts import globals_of, workspace_dir
 from penguin.cli.options import (
@@ -142,6 +142,7 @@ def serve(
                 # `snapshots = false` in the config holds for the server's sessions too.
                 snapshots=snapshot_settings(config)["snapshots"] is not None,
                 otlp=otlp,
+                prices=price_table(config),
             )
         except server_error as exc:
             raise CliError(safe(str(exc))) from None

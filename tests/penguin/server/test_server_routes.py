@@ -237,7 +237,17 @@ async def test_r_srv_9_10_usage_errors_and_user_channel(tmp_path: Path) -> None:
         await run_task(s, sid)
         usage = (await s.client.get("/api/usage?group_by=session")).json()["rows"]
         assert usage == [
-            {"key": sid, "requests": 1, "cache_read": 0, "cache_write": 1, "output": 1, "total": 2}
+            {
+                "key": sid,
+                "requests": 1,
+                "cache_read": 0,
+                "cache_write": 1,
+                "output": 1,
+                "total": 2,
+                # The scripted model has no price: tokens only.
+                "cost": None,
+                "unpriced_tokens": 2,
+            }
         ]
         by_model = (await s.client.get("/api/usage?group_by=model")).json()["rows"]
         assert [r["key"] for r in by_model] == ["script"]

@@ -9,6 +9,7 @@ import { api, enc, openStream } from "./api.js";
 import { isOnline, onConnection } from "./connection.js";
 import { clear, h, visible, setText } from "./dom.js";
 import { Transcript } from "./transcript.js";
+import { emptyHint, sessionInfo } from "./convinfo.js";
 
 export function conversationView(root, id) {
   const base = `/api/sessions/${enc(id)}`;
@@ -18,6 +19,9 @@ export function conversationView(root, id) {
   const approvalTag = h("span", { class: "tag approval", title: "approval mode" }, "");
   const goalTag = h("span", { class: "tag goal", hidden: true });
   const sandboxTag = h("span", { class: "tag sandbox", hidden: true });
+  const info = sessionInfo();  // workspace, model, approval, sandbox (convinfo.js)
+  const hint = emptyHint();  // what to do while nothing is recorded
+  let lastRow = null;
   const errorBox = h("div", { class: "error", hidden: true });
   const retryBox = h("div", { class: "retry-wait", hidden: true });
   const authBox = h("div", { class: "auth-failure", hidden: true });
@@ -187,7 +191,10 @@ export function conversationView(root, id) {
   async function details() {
     const row = await call("", undefined, "GET");
     if (!row) return;
-    setText(title, row.title || row.id);
+    setText(title, row.title || row.first_prompt || row.id);
+    lastRow = row;
+    info.update(row);
+    if (!hint.el.hidden) hint.show(row);
     showSandbox(row.sandbox);
     setText(approvalTag, row.approval ? `approval: ${row.approval}` : "");
     approvalTag.hidden = !row.approval;
@@ -214,6 +221,7 @@ export function conversationView(root, id) {
   root.append(h("section", { class: "conversation" },
     h("div", { class: "conv-head" }, title, stateTag, approvalTag, goalTag, sandboxTag,
       h("a", { href: `#/s/${enc(id)}/trace`, class: "button" }, "Trace view")),
+    info.el, hint.el,
     transcript.el,
     errorBox, authBox, retryBox,
     h("div", { class: "composer" }, text, hint, thumbs,
@@ -255,6 +263,8 @@ export function conversationView(root, id) {
     }
     if (closed) return;
     transcript.load(page.messages);
+    // Nothing said yet (a new session writes its header records only): say what to do.
+    if (!page.live && !page.messages.some((m) => (m.message.payload || {}).type === "text")) hint.show(lastRow);
     let last = null;
     if (transcript.lastAuth) lockComposer(transcript.lastAuth);
     if (page.live) {
@@ -274,6 +284,7 @@ export function conversationView(root, id) {
     scrollToEnd();
     source = openStream(`${base}/stream${last ? `?last_event_id=${enc(last)}` : ""}`, {
       onMessage: (msg, eventId) => {
+        if ((msg.payload || {}).type === "text" || (msg.payload || {}).type === "partial_text") hint.hide();
         const stick = nearEnd();
         transcript.add(msg, position(eventId), true);
         if (stick) scrollToEnd();

@@ -1,34 +1,80 @@
-// Owns: the sessions list, kept live from /api/events (R-SRV-9), and the new-session form
+// Owns: the sessions list, kept live from /api/events (R-SRV-9): each session by its title or
+// first prompt, most recently active first, with the one status (R-SET-5), turns, tokens and
+// estimated cost; a search box (titles and first prompts at once, the traces' full text through
+// /api/search when the server has it); delete with a confirmation; and the new-session form
 // (R-WEB-1).
-import { api, openStream } from "./api.js";
-import { clear, fmtTime, h, setText } from "./dom.js";
+import { api, enc, openStream } from "./api.js";
+import { clear, fmtNum, fmtTime, h, setText, visible } from "./dom.js";
+import { costNode } from "./cost.js";
+
+const COLUMNS = ["Session", "Status", "Last activity", "Turns", "Tokens", "Cost", ""];
 
 export function sessionsView(root) {
   const tbody = h("tbody");
   const error = h("p", { class: "error", hidden: true });
   const form = newSessionForm(error);
+  const search = h("input", {
+    type: "search", class: "session-search", placeholder: "Search sessions…",
+    "aria-label": "Search sessions (titles, first prompts and the conversations' text)",
+  });
+  const found = h("div", { class: "search-results", "aria-live": "polite" });
+  const count = h("span", { class: "muted small count" });
+  const dialog = confirmDialog();
   root.append(
     h("section", { class: "card" }, h("h2", null, "New session"), form, error),
-    h("section", { class: "card" },
-      h("h2", null, "Sessions"),
+    h("section", { class: "card sessions-card" },
+      h("div", { class: "list-head" }, h("h2", null, "Sessions"), count, search),
+      found,
       h("table", { class: "sessions" },
-        h("thead", null, h("tr", null, ["Title", "State", "Last activity", "Turns", "Agent"].map((t) => h("th", null, t)))),
+        h("thead", null, h("tr", null, COLUMNS.map((t) => h("th", { scope: "col" }, t)))),
         tbody)),
+    dialog.el,
   );
   let timer = null;
-  const states = new Map();
+  let rows = [];
+  const live = new Map();  // id -> {status, last_active} from the event stream
+
+  function draw() {
+    const q = search.value.trim().toLowerCase();
+    const shown = q ? rows.filter((r) => matches(r, q)) : rows;
+    clear(tbody);
+    for (const row of shown) tbody.append(sessionRow(row, live.get(row.id), remove));
+    if (!rows.length) {
+      tbody.append(h("tr", { class: "empty" }, h("td", { colspan: COLUMNS.length, class: "muted" },
+        "No sessions yet. Create one above: choose a workspace (or keep the default) and press Create session.")));
+    } else if (!shown.length) {
+      tbody.append(h("tr", { class: "empty" }, h("td", { colspan: COLUMNS.length, class: "muted" }, "No session title or first prompt matches.")));
+    }
+    setText(count, q ? `${shown.length} of ${rows.length}` : `${rows.length}`);
+  }
   async function load() {
     try {
-      const data = await api("/api/sessions?limit=200");
-      clear(tbody);
-      for (const row of data.sessions) tbody.append(sessionRow(row, states.get(row.id)));
-      if (!data.sessions.length) tbody.append(h("tr", null, h("td", { colspan: 5, class: "muted" }, "No sessions yet.")));
+      const data = await api("/api/sessions?limit=1000");
+      rows = data.sessions;
+      draw();
     } catch (err) {
       error.hidden = false;
       setText(error, err.message);
     }
   }
+  async function remove(row) {
+    const name = label(row);
+    const ok = await dialog.ask(`Delete “${name}”?`,
+      `This deletes the session's trace files (${row.files ?? 0} file${row.files === 1 ? "" : "s"}, ${fmtNum(row.turns)} turns) from the data root. It cannot be undone.`,
+      "Delete session");
+    if (!ok) return;
+    try {
+      await api(`/api/sessions/${enc(row.id)}`, { method: "DELETE" });
+      rows = rows.filter((r) => r.id !== row.id);
+      draw();
+    } catch (err) {
+      error.hidden = false;
+      setText(error, `${err.code}: ${err.message}`);
+    }
+  }
   const reload = () => { clearTimeout(timer); timer = setTimeout(load, 150); };
+  const fulltext = fullTextSearch(found);
+  search.addEventListener("input", () => { draw(); fulltext.query(search.value.trim()); });
   const source = openStream("/api/events", {
     // Once subscribed, list again: a session created before the subscription is not missed.
     onOpen: reload,
@@ -36,29 +82,140 @@ export function sessionsView(root) {
       if (ev.type === "session_state") {
         // The one status (R-SET-5): running, awaiting_approval, compacting, or how the
         // last run ended (completed, interrupted, ...).
-        const shown = ev.status || ev.state;
-        states.set(ev.id, shown);
-        const cell = tbody.querySelector(`tr[data-id="${CSS.escape(ev.id)}"] .state`);
-        if (cell) { setText(cell, shown); cell.dataset.state = shown; } else reload();
+        live.set(ev.id, { status: ev.status || ev.state, last_active: ev.last_active });
+        const row = rows.find((r) => r.id === ev.id);
+        if (row) {
+          // Most recently active first: the session that just moved goes to the top.
+          rows = [row, ...rows.filter((r) => r !== row)];
+          if (ev.last_active) row.last_active = ev.last_active;
+          draw();
+        } else reload();
         if (ev.state === "idle") reload();
       } else if (ev.type === "session_created") reload();
     },
   });
   load();
-  return { close() { source.close(); clearTimeout(timer); } };
+  return { close() { source.close(); clearTimeout(timer); fulltext.close(); dialog.close(); } };
 }
 
-function sessionRow(row, liveState) {
-  const state = liveState || row.status || row.state || "idle";
-  const title = row.title || row.id;
+function label(row) {
+  return row.title || firstLine(row.first_prompt) || row.id;
+}
+
+function firstLine(text) {
+  if (!text) return "";
+  const line = String(text).trim().split("\n")[0];
+  return line.length > 120 ? `${line.slice(0, 119)}…` : line;
+}
+
+function matches(row, q) {
+  return [row.title, row.first_prompt, row.id, row.model, row.workspace]
+    .some((v) => v && String(v).toLowerCase().includes(q));
+}
+
+function sessionRow(row, liveState, remove) {
+  const state = (liveState && liveState.status) || row.status || row.state || "idle";
+  const name = label(row);
+  const untitled = !row.title && !row.first_prompt;
   return h("tr", { dataset: { id: row.id } },
-    h("td", null, h("a", { href: `#/s/${encodeURIComponent(row.id)}`, class: "title" }, title),
-      row.title ? h("div", { class: "muted small" }, row.id) : null),
-    h("td", { class: "state", dataset: { state } }, state),
-    h("td", null, fmtTime(row.last_active || row.updated || row.created)),
-    h("td", null, String(row.turns ?? 0)),
-    h("td", { class: "muted" }, `${row.project ?? ""}/${row.agent ?? ""}`),
+    h("td", { class: "name", dataset: { label: "Session" } },
+      h("a", { href: `#/s/${enc(row.id)}`, class: `title${untitled ? " untitled" : ""}` }, untitled ? "(no prompt yet)" : name),
+      h("div", { class: "muted small id" }, row.id, row.model ? ` · ${row.model}` : "")),
+    h("td", { class: "state", dataset: { state, label: "Status" } }, state.replace(/_/g, " ")),
+    h("td", { class: "when", dataset: { label: "Last activity" }, title: fmtTime(row.last_active || row.created) },
+      ago(row.last_active || row.created)),
+    h("td", { class: "num", dataset: { label: "Turns" } }, String(row.turns ?? 0)),
+    h("td", { class: "num tokens", dataset: { label: "Tokens" } }, fmtNum(row.tokens ?? 0)),
+    h("td", { class: "num", dataset: { label: "Cost" } }, costNode(row.cost, row.unpriced_tokens)),
+    h("td", { class: "actions" },
+      h("button", { type: "button", class: "delete link danger-link", "aria-label": `Delete session ${name}`, onclick: () => remove(row) }, "Delete")),
   );
+}
+
+/** "3 min ago" (the exact time in the cell's title). */
+export function ago(iso) {
+  if (!iso) return "";
+  const t = Date.parse(iso);
+  if (Number.isNaN(t)) return visible(iso);
+  const s = Math.round((t - Date.now()) / 1000);
+  const rtf = new Intl.RelativeTimeFormat(undefined, { numeric: "auto" });
+  for (const [unit, size] of [["year", 31536000], ["month", 2592000], ["week", 604800], ["day", 86400], ["hour", 3600], ["minute", 60]]) {
+    if (Math.abs(s) >= size) return rtf.format(Math.round(s / size), unit);
+  }
+  return Math.abs(s) < 10 ? "just now" : rtf.format(s, "second");
+}
+
+/** A modal confirmation (a <dialog>: focus stays in it, Escape cancels). ask() resolves true
+ * when confirmed. */
+function confirmDialog() {
+  const title = h("h3", null);
+  const text = h("p", null);
+  const yes = h("button", { type: "button", class: "danger confirm-yes" });
+  const no = h("button", { type: "button", class: "confirm-no" }, "Cancel");
+  const el = h("dialog", { class: "confirm", "aria-labelledby": "confirm-title" },
+    title, text, h("div", { class: "row" }, no, yes));
+  title.id = "confirm-title";
+  let settle = null;
+  const done = (value) => { if (settle) { settle(value); settle = null; } if (el.open) el.close(); };
+  yes.addEventListener("click", () => done(true));
+  no.addEventListener("click", () => done(false));
+  el.addEventListener("close", () => done(false));
+  return {
+    el,
+    ask(heading, body, action) {
+      setText(title, heading);
+      setText(text, body);
+      setText(yes, action);
+      el.showModal();
+      no.focus();
+      return new Promise((resolve) => { settle = resolve; });
+    },
+    close() { done(false); },
+  };
+}
+
+/** Full-text search over the traces through GET /api/search?q= (when the server has the
+ * search index): matching sessions with a snippet, each a link to the session. */
+function fullTextSearch(box) {
+  let timer = null;
+  let seq = 0;
+  // Whether this server has the search index: its OpenAPI document lists every route.
+  const available = api("/api/openapi.json").then((doc) => Boolean(doc.paths && doc.paths["/api/search"]), () => false);
+  async function run(q) {
+    const mine = ++seq;
+    if (!(await available)) {
+      if (mine === seq) clear(box).append(h("p", { class: "muted small" }, "Full-text search is not available on this server: the list shows the sessions whose title or first prompt matches."));
+      return;
+    }
+    let data;
+    try {
+      data = await api(`/api/search?q=${enc(q)}&limit=20`);
+    } catch (err) {
+      if (mine === seq) clear(box).append(h("p", { class: "error" }, `${err.code}: ${err.message}`));
+      return;
+    }
+    if (mine !== seq) return;
+    const hits = data.results || data.hits || [];
+    clear(box);
+    if (!hits.length) { box.append(h("p", { class: "muted small" }, `No text in any conversation matches “${q}”.`)); return; }
+    box.append(h("h3", null, `In the conversations (${hits.length}${data.total > hits.length ? ` of ${data.total}` : ""})`),
+      h("ol", { class: "hits" }, hits.map((hit) => {
+        const sid = hit.session_id || hit.session || hit.id;
+        const at = hit.position ? `${hit.position.file}:${hit.position.ordinal}` : hit.at;
+        return h("li", null,
+          h("a", { href: `#/s/${enc(sid)}` }, hit.title || firstLine(hit.first_prompt) || sid),
+          at ? h("a", { class: "small at", href: `#/s/${enc(sid)}/trace`, title: `record ${at}` }, ` ${at}`) : null,
+          h("div", { class: "snippet small" }, firstLine(hit.snippet || hit.text || "")));
+      })));
+  }
+  return {
+    query(q) {
+      clearTimeout(timer);
+      if (!q) { seq += 1; clear(box); return; }
+      timer = setTimeout(() => run(q), 250);
+    },
+    close() { clearTimeout(timer); seq += 1; },
+  };
 }
 
 function newSessionForm(error) {

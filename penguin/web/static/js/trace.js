@@ -1,8 +1,11 @@
-// Owns: the trace view (R-WEB-4): files, records with file:ordinal, validator findings
+// Owns: the trace view (R-WEB-4): the span tree (runs → turns → requests, tool calls and
+// compactions with latency, tokens and cost; subagents nested under the call that started them,
+// their text streaming live; spanTree.js), files, records with file:ordinal, validator findings
 // (reader diagnostics), a timeline of request spans and tool calls on a time axis (SVG), and
 // the exact request at a picked record (GET .../context?at=, R-TOOL-1).
 import { api, enc } from "./api.js";
 import { clear, h, s, visible, setText } from "./dom.js";
+import { spanTree } from "./spantree.js";
 
 const LIMIT = 2000;
 
@@ -14,10 +17,11 @@ export function traceView(root, id) {
   const records = h("ol", { class: "records" });
   const detail = h("div", { class: "detail" }, h("p", { class: "muted" }, "Pick a record to see the exact request the model received at that point."));
   const error = h("p", { class: "error", hidden: true });
+  const spans = spanTree(id, (at) => pick(at));
   root.append(h("section", { class: "trace" },
     h("div", { class: "conv-head" }, h("h2", null, "Trace ", h("span", { class: "muted" }, id)),
       h("a", { href: `#/s/${enc(id)}`, class: "button" }, "Conversation")),
-    error, files, findings, timeline,
+    error, spans.el, files, findings, timeline,
     h("div", { class: "split" }, h("div", { class: "pane" }, records), h("div", { class: "pane" }, detail))));
 
   let current = null;
@@ -70,7 +74,12 @@ export function traceView(root, id) {
   }
 
   async function pick(at) {
-    for (const li of records.querySelectorAll("li.record")) li.classList.toggle("active", li.dataset.at === at);
+    const [file] = at.split(":");
+    if (current !== Number(file) && files.querySelector(`button[data-n="${CSS.escape(file)}"]`)) await openFile(Number(file));
+    for (const li of records.querySelectorAll("li.record")) {
+      li.classList.toggle("active", li.dataset.at === at);
+      if (li.dataset.at === at) li.scrollIntoView({ block: "nearest" });
+    }
     clear(detail).append(h("p", { class: "muted" }, `Loading ${at}…`));
     try {
       const data = await api(`${base}/context?at=${enc(at)}`);
@@ -91,7 +100,7 @@ export function traceView(root, id) {
       if (rows.length) openFile(rows[rows.length - 1].index);
     } catch (err) { error.hidden = false; setText(error, err.message); }
   })();
-  return { close() { current = null; } };
+  return { close() { current = null; spans.close(); } };
 }
 
 function describe(rec) {
