@@ -20,7 +20,7 @@ export function conversationView(root, id) {
   const goalTag = h("span", { class: "tag goal", hidden: true });
   const sandboxTag = h("span", { class: "tag sandbox", hidden: true });
   const info = sessionInfo();  // workspace, model, approval, sandbox (convinfo.js)
-  const hint = emptyHint();  // what to do while nothing is recorded
+  const empty = emptyHint();  // what to do while nothing is recorded
   let lastRow = null;
   const errorBox = h("div", { class: "error", hidden: true });
   const retryBox = h("div", { class: "retry-wait", hidden: true });
@@ -194,7 +194,7 @@ export function conversationView(root, id) {
     setText(title, row.title || row.first_prompt || row.id);
     lastRow = row;
     info.update(row);
-    if (!hint.el.hidden) hint.show(row);
+    if (!empty.el.hidden) empty.show(row);
     showSandbox(row.sandbox);
     setText(approvalTag, row.approval ? `approval: ${row.approval}` : "");
     approvalTag.hidden = !row.approval;
@@ -221,7 +221,7 @@ export function conversationView(root, id) {
   root.append(h("section", { class: "conversation" },
     h("div", { class: "conv-head" }, title, stateTag, approvalTag, goalTag, sandboxTag,
       h("a", { href: `#/s/${enc(id)}/trace`, class: "button" }, "Trace view")),
-    info.el, hint.el,
+    info.el, empty.el,
     transcript.el,
     errorBox, authBox, retryBox,
     h("div", { class: "composer" }, text, hint, thumbs,
@@ -264,7 +264,7 @@ export function conversationView(root, id) {
     if (closed) return;
     transcript.load(page.messages);
     // Nothing said yet (a new session writes its header records only): say what to do.
-    if (!page.live && !page.messages.some((m) => (m.message.payload || {}).type === "text")) hint.show(lastRow);
+    if (!page.live && !page.messages.some((m) => (m.message.payload || {}).type === "text")) empty.show(lastRow);
     let last = null;
     if (transcript.lastAuth) lockComposer(transcript.lastAuth);
     if (page.live) {
@@ -284,7 +284,7 @@ export function conversationView(root, id) {
     scrollToEnd();
     source = openStream(`${base}/stream${last ? `?last_event_id=${enc(last)}` : ""}`, {
       onMessage: (msg, eventId) => {
-        if ((msg.payload || {}).type === "text" || (msg.payload || {}).type === "partial_text") hint.hide();
+        if ((msg.payload || {}).type === "text" || (msg.payload || {}).type === "partial_text") empty.hide();
         const stick = nearEnd();
         transcript.add(msg, position(eventId), true);
         if (stick) scrollToEnd();
