@@ -168,7 +168,10 @@ async def get_session(request: Request) -> Response:
             # Not loaded (never used, or released when idle): the same summary, folded from
             # the latest file without taking the session's lock.
             off = h.overrides.compaction_off
-            row.update(await anyio.to_thread.run_sync(_folded, files[-1], off))
+            folded = await anyio.to_thread.run_sync(_folded, files[-1], off)
+            if h.sandbox is not None:
+                folded.pop("sandbox", None)  # what this server created it with wins
+            row.update(folded)
     row["pending_approvals"] = [p.tool_call_id for p in h.pending.values()]
     row["goal"] = goal_dict(session.state.goal) if session is not None else None
     return json_response(row)
@@ -183,11 +186,17 @@ def _folded(path: Path, compaction_off: bool) -> dict[str, Any]:
         verdict = "ok"
     else:
         verdict = "just_compacted" if state.from_compaction else "empty"
-    return {
+    out: dict[str, Any] = {
         "context": {"turns": state.turns_in_context, "messages": len(context.history)},
         "carry_over": False,  # lives only in a loaded session's memory
         "compactability": verdict,
     }
+    recorded = state.settings
+    if recorded is not None and recorded.sandbox is not None:
+        # The sandbox it will run under when loaded (SPEC §23: the recorded settings), not the
+        # "no sandbox" of a row whose session is not loaded yet after a restart.
+        out["sandbox"] = {"mode": recorded.sandbox, "network": bool(recorded.network)}
+    return out
 
 
 def _carry(ctxt: Any) -> bool:

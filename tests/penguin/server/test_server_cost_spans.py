@@ -93,3 +93,34 @@ async def test_span_tree_nests_concurrent_subagents_under_their_calls(tmp_path: 
         assert run["tokens"]["total"] == own
         assert run["cost"] == pytest.approx(run["tokens"]["total"] / 1e6)
         assert (await s.client.get("/api/sessions/session-nope/spans")).status_code == 404
+
+
+async def test_an_unloaded_sessions_row_shows_its_recorded_sandbox_r_set_2(tmp_path: Path) -> None:
+    """After a restart, a session not loaded yet reads the sandbox its settings record states
+    (the conversation header showed "no sandbox" before)."""
+    from eventstore import SettingsPayload, encode
+    from eventstore import builders as b
+
+    sid = "session-2026-12-02-08-00-00-5a4db0c1"
+    root = DataRoot(tmp_path)
+    path = root.trace_path(sid, 1, date="2026-12-02")
+    root.ensure_dir(path.parent)
+    records = [
+        b.session_meta(
+            session_id=sid,
+            provider="scripted",
+            model_id="script",
+            model_context_window="unknown",
+            system_prompt="",
+            agent_state=str(tmp_path / "a"),
+            workspace=str(tmp_path),
+        ),
+        b.settings(SettingsPayload(sandbox="read-only", network=False)),
+        b.user_text("hi"),
+    ]
+    path.write_bytes(b"".join(encode(r) + b"\n" for r in records))
+    async with served(tmp_path) as s:
+        row = (await s.client.get(f"/api/sessions/{sid}")).json()
+        assert row["sandbox"] == {"mode": "read-only", "network": False}
+        listed = (await s.client.get("/api/sessions")).json()["sessions"]
+        assert listed[0]["first_prompt"] == "hi" and listed[0]["subagent"] is False

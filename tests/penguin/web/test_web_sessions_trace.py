@@ -72,6 +72,11 @@ def test_r_web_1_list_titles_order_status_cost_search_and_delete(page: Any, serv
     page.wait_for_function(
         "() => document.querySelectorAll('table.sessions tbody tr[data-id]').length === 1"
     )
+    # ... and lists the conversations whose text matches (the server's full-text index),
+    # the matched words marked.
+    hit = page.locator(f".search-results li[data-id='{older}']")
+    hit.wait_for()
+    assert hit.locator("mark").count() >= 1
     shot(page, "web-sessions-search")
     page.fill("input.session-search", "")
     # Delete asks first: Cancel keeps the session, Delete removes it.

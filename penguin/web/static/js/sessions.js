@@ -120,7 +120,7 @@ function sessionRow(row, liveState, remove) {
   return h("tr", { dataset: { id: row.id } },
     h("td", { class: "name", dataset: { label: "Session" } },
       h("a", { href: `#/s/${enc(row.id)}`, class: `title${untitled ? " untitled" : ""}` }, untitled ? "(no prompt yet)" : name),
-      h("div", { class: "muted small id" }, row.id, row.model ? ` · ${row.model}` : "")),
+      h("div", { class: "muted small id" }, row.id, row.model ? ` · ${row.model}` : "", row.subagent ? " · subagent" : "")),
     h("td", { class: "state", dataset: { state, label: "Status" } }, state.replace(/_/g, " ")),
     h("td", { class: "when", dataset: { label: "Last activity" }, title: fmtTime(row.last_active || row.created) },
       ago(row.last_active || row.created)),
@@ -195,17 +195,20 @@ function fullTextSearch(box) {
       return;
     }
     if (mine !== seq) return;
-    const hits = data.results || data.hits || [];
+    const hits = data.hits || [];
     clear(box);
     if (!hits.length) { box.append(h("p", { class: "muted small" }, `No text in any conversation matches “${q}”.`)); return; }
-    box.append(h("h3", null, `In the conversations (${hits.length}${data.total > hits.length ? ` of ${data.total}` : ""})`),
+    box.append(h("h3", null, `In the conversations (${hits.length})`),
       h("ol", { class: "hits" }, hits.map((hit) => {
-        const sid = hit.session_id || hit.session || hit.id;
-        const at = hit.position ? `${hit.position.file}:${hit.position.ordinal}` : hit.at;
-        return h("li", null,
-          h("a", { href: `#/s/${enc(sid)}` }, hit.title || firstLine(hit.first_prompt) || sid),
-          at ? h("a", { class: "small at", href: `#/s/${enc(sid)}/trace`, title: `record ${at}` }, ` ${at}`) : null,
-          h("div", { class: "snippet small" }, firstLine(hit.snippet || hit.text || "")));
+        const sid = hit.session_id;
+        // The snippet is plain text; the matched words are marked (text nodes only).
+        const snippet = h("div", { class: "snippet small" },
+          (hit.snippet || []).map((seg) => (seg.match ? h("mark", null, seg.text) : seg.text)));
+        return h("li", { dataset: { id: sid } },
+          h("a", { href: `#/s/${enc(sid)}` }, hit.title || sid),
+          " ", h("span", { class: "muted small" }, `${hit.kind.replace("_", " ")} · ${hit.matches} match${hit.matches === 1 ? "" : "es"} · ${ago(hit.time || hit.active)}`),
+          hit.at ? h("a", { class: "small at", href: `#/s/${enc(sid)}/trace`, title: `record ${hit.at}` }, ` ${hit.at}`) : null,
+          snippet);
       })));
   }
   return {
