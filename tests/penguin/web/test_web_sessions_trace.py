@@ -146,6 +146,16 @@ def test_r_web_4_span_tree_nests_concurrent_subagents(page: Any, server: Server)
     shot(page, "web-trace-spans")
 
 
+def test_the_span_tree_follows_a_task_as_it_runs(page: Any, server: Server) -> None:
+    sid = server.api("POST", "/api/sessions", {})["id"]
+    page.goto(f"{server.base}/#/s/{sid}/trace")
+    page.wait_for_selector(".span-body >> text=No runs yet")
+    _task(server, sid, "Go")
+    # No reload: the session's stream redraws the tree when the run's records arrive.
+    page.wait_for_selector("ul.span-tree li.kind-run.st-completed li.kind-request")
+    assert page.locator("ul.span-tree li.kind-run").count() == 1
+
+
 @pytest.mark.parametrize("where", ["sessions", "trace", "usage"])
 def test_phone_width_has_no_horizontal_overflow(browser: Any, server: Server, where: str) -> None:
     context = browser.new_context(
