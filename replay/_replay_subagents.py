@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,9 +156,13 @@ class SubagentReplayEnvironment:
         self,
         inner: ReplayEnvironment,
         children: dict[str, tuple[ChildLink, SessionSubagentRunner, ApproveFn]],
+        *,
+        gate: Callable[[str, Literal["start", "output"]], Awaitable[None]] | None = None,
     ) -> None:
         self._inner = inner
         self._children = children
+        # Awaited with the call id before its child starts and before its output is given.
+        self._gate = gate
         self.approve: ApproveFn = inner.approve
 
     async def list_tools(self) -> list[ToolDefinition]:
@@ -177,12 +181,16 @@ class SubagentReplayEnvironment:
         child = self._children.get(p.tool_call_id) if isinstance(p, ToolCallPayload) else None
         if child is not None:
             link, runner, child_approve = child
+            if self._gate is not None:
+                await self._gate(link.call_id, "start")
             # The child answers its calls with its own recorded approvals, not the parent's.
             stream = runner.run(link.prompt, signal=signal, approve=child_approve)
             async with aclosing(stream) as items:
                 async for item in items:
                     if isinstance(item, OmniMessage) and item.origin:
                         yield item
+            if self._gate is not None:
+                await self._gate(link.call_id, "output")
         # ReplayEnvironment.execute is an async generator: closed here, not by the collector.
         recorded = cast(
             AsyncGenerator[OmniMessage, None],

@@ -89,7 +89,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,6 +124,7 @@ from eventstore import (
     RequestEndPayload,
     SessionMetaPayload,
     SettingsPayload,
+    SubagentPayload,
     TextPayload,
     ToolCallOutputPayload,
     ToolCallPayload,
@@ -1294,6 +1295,7 @@ class _Driver:
         self.crash_at: int | None = None
         self.scope: anyio.CancelScope | None = None
         self.snapshot: dict[Path, bytes] | None = None
+        self._moved: anyio.Event | None = None
 
     def on_record(self, msg: OmniMessage, _path: Path) -> None:
         if self.snapshot is not None:
@@ -1304,6 +1306,9 @@ class _Driver:
             return  # not counted: recorded positions leave settings records out
         self.count += 1
         n = self.count
+        if self._moved is not None:
+            self._moved.set()
+            self._moved = None
         if self.crash_at is not None and n == self.crash_at:
             assert self.session is not None
             self.snapshot = {f: f.read_bytes() for f in self.root.trace_files(self.session.id)}
@@ -1315,6 +1320,13 @@ class _Driver:
                 self.session.steer(entry)
         if n in self.timing.fire and self.signal is not None:
             self.signal.abort()
+
+    async def reached(self, count: int) -> None:
+        """Wait until ``count`` records are written (or the session stopped at its crash)."""
+        while self.count < count and self.snapshot is None:
+            if self._moved is None:
+                self._moved = anyio.Event()
+            await self._moved.wait()
 
     def on_cut(self, begin: int) -> None:
         if self.snapshot is None and begin in self.timing.stream and self.signal is not None:
@@ -1335,6 +1347,33 @@ class _Driver:
         for f, data in self.snapshot.items():
             f.write_bytes(data)
         self.snapshot = None
+
+
+def _pointer_gate(
+    located: list[Located], children: list[_Child], driver: _Driver, timeout: float
+) -> Callable[[str, Literal["start", "output"]], Awaitable[None]]:
+    """Hold a child's start, and its call's output, until the replay has written what the
+    recording wrote before the child's pointer, and before that output: children that ran at
+    once keep their recorded order against each other and the other calls (R-SUB-3)."""
+    pointers = [
+        n
+        for n, loc in enumerate(located)
+        if loc.record.origin is None and isinstance(loc.record.payload, SubagentPayload)
+    ]
+    starts = {child.link.call_id: n for child, n in zip(children, pointers, strict=False)}
+    outputs: dict[str, int] = {}
+    for n, loc in enumerate(located):
+        p = loc.record.payload
+        if loc.record.origin is None and isinstance(p, ToolCallOutputPayload):
+            outputs.setdefault(p.tool_call_id, n)
+
+    async def gate(call_id: str, stage: Literal["start", "output"]) -> None:
+        at = (starts if stage == "start" else outputs).get(call_id)
+        if at is not None:
+            with anyio.move_on_after(timeout):  # a replay that diverged gives up waiting
+                await driver.reached(at)
+
+    return gate
 
 
 def _segments(
@@ -1394,6 +1433,9 @@ async def _rerun(
             workspace.mkdir()
         else:
             shutil.copytree(live_tools, workspace, symlinks=True)
+        recorded_types = {payload_type(r) for r in records}
+        uncounted = frozenset(t for t in _OPTIONAL_RECORDS if t not in recorded_types)
+        driver = _Driver(timing, root, uncounted=uncounted)
         runners = _child_runners(
             children,
             root,
@@ -1404,16 +1446,16 @@ async def _rerun(
             live=live_tools is not None,
         )
         if live_tools is None:
-            env = SubagentReplayEnvironment(replay_env, runners) if runners else replay_env
+            gate = _pointer_gate(located, children, driver, stall_timeout)
+            env = (
+                SubagentReplayEnvironment(replay_env, runners, gate=gate) if runners else replay_env
+            )
         else:
             served = LiveChildren([(lk.prompt, r, a) for lk, r, a in runners.values()])
             env = live_environment(workspace, _tools_from(located, 0), served)
         approve = replay_env.approve
         session_id: str | None = None
         segments, cuts = _segments(located, replayable, full=full)
-        recorded_types = {payload_type(r) for r in records}
-        uncounted = frozenset(t for t in _OPTIONAL_RECORDS if t not in recorded_types)
-        driver = _Driver(timing, root, uncounted=uncounted)
         llm.on_cut = driver.on_cut
         async with AsyncExitStack() as stack:
             # The children run in their runners' task groups, open around the parent.

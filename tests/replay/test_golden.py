@@ -1089,3 +1089,65 @@ async def test_live_tools_run_the_subagents_tools_too(tmp_path: Path) -> None:
     assert d.file == grandchild and d.reason.startswith("in subagent "), d
     assert "monday" in (d.actual or ""), d
     assert d.line == line_of(grandchild, '"output":"ship on friday')
+
+
+@pytest.mark.anyio
+async def test_a_child_started_after_another_calls_output_replays_in_that_order(
+    tmp_path: Path,
+) -> None:
+    """R-SUB-3, R-GOLD-5: two ``run_subagent`` calls of one turn where the second child started
+    only after the first call's output was written (it was slow to list its tools): the replay
+    holds the second child until the recording's records before its pointer are written, so
+    the pointer stays after that output, every time."""
+    import anyio
+
+    from engine import LocalEnvironment, Session, SessionSubagentRunner
+
+    home, ws = tmp_path / "home", tmp_path / "ws"
+    ws.mkdir()
+    first_output = anyio.Event()
+
+    class Slow(ScriptedEnvironment):
+        async def list_tools(self) -> list[ToolDefinition]:
+            await first_output.wait()  # the second child starts once the first call is done
+            return await super().list_tools()
+
+    scripts = [{"responses": [[{"text": "first"}]]}, {"responses": [[{"text": "second"}]]}]
+    made: list[ScriptedLLM] = []
+
+    def environment_factory(_runner: object) -> ScriptedEnvironment:
+        made.append(ScriptedLLM(scripts[len(made)]))
+        return (Slow if len(made) == 2 else ScriptedEnvironment).from_llm(made[-1])
+
+    runner = SessionSubagentRunner(
+        lambda: made[-1], root=home, workspace=ws, environment_factory=environment_factory
+    )
+    spawn = [
+        {"tool_call": {"name": "run_subagent", "arguments": {"prompt": p}}} for p in ("a", "b")
+    ]
+    parent = ScriptedLLM({"responses": [spawn, [{"text": "both done"}]]})
+    session = await Session.create(
+        llm=parent,
+        environment=LocalEnvironment(ws, tools=[], subagents=runner),
+        root=home,
+        workspace=ws,
+    )
+
+    def on_record(msg: OmniMessage, _path: Path) -> None:
+        if payload_type(msg) == "tool_call_output":
+            first_output.set()
+
+    session.add_record_listener(on_record)
+    async with runner, session:
+        await collect(session.run([b.user_text("do both")], approve=allow_all))
+    paths = DataRoot(home).trace_files(session.id)
+    kinds = [payload_type(r) for r in read_trace(paths).records]
+    kinds = [k for k in kinds if k in ("subagent", "tool_call_output")]
+    assert kinds == ["subagent", "tool_call_output", "subagent", "tool_call_output"]
+    base = tmp_path / "golden"
+    for f in home.rglob("*.jsonl"):
+        (base / f.parent.name).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(f, base / f.parent.name / f.name)
+    for _ in range(3):
+        result = await areplay_trace(base)
+        assert str(result) == "match", result

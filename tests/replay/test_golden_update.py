@@ -447,7 +447,12 @@ def test_every_fixture_shape_rerecords_with_its_user_events(scenario: str, tmp_p
     result = replay_trace(new)
     assert str(result) == "match", result
     old, fresh = parent_records(source), parent_records(new)
-    assert normalize(fresh, like=old) == normalize(old, like=fresh)
+    same = normalize(fresh, like=old), normalize(old, like=fresh)
+    if scenario == "subagents_concurrent":
+        # Children that run at once write their pointers and outputs as they get there: a live
+        # run may interleave them otherwise (the replay keeps whichever order was recorded).
+        same = sorted(same[0]), sorted(same[1])
+    assert same[0] == same[1]
     children = lambda d: sorted(p.name.rsplit("_", 1)[0] for p in d.rglob("*.jsonl"))  # noqa: E731
     assert len(set(children(new))) == len(set(children(source)))
 
