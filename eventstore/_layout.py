@@ -234,19 +234,28 @@ class DataRoot:
         return files, used[-1]
 
     def sessions(
-        self, *, project: str | None = None, agent: str | None = None
+        self, *, project: str | None = None, agent: str | None = None, fetch: bool = True
     ) -> list[SessionInfo]:
         """Every session under the root (or the given project/agent), newest first.  A session
         none of whose files holds a ``session_meta`` is not listed (R-ROOT-10); ``*.lock`` and
         other files that are not ``<id>_<NNN>.jsonl`` are ignored (R-TRACE-18a).  An entry
-        whose symlink leads outside the root is left out with an ``OutsideRootWarning``."""
+        whose symlink leads outside the root is left out with an ``OutsideRootWarning``.
+
+        Archived files are fetched back first; with ``fetch=False`` they are listed where they
+        were and left away (a host that needs only the ids, or that knows their content already:
+        ``eventstore.archive.archived_entry``), and count as holding a ``session_meta``."""
         grouped: dict[tuple[str, str, str], list[tuple[int, str, Path]]] = {}
-        for proj, ag, date, sid, index, path in self._walk(project, agent, skip_outside=True):
+        archived: Literal["fetch", "list"] = "fetch" if fetch else "list"
+        for proj, ag, date, sid, index, path in self._walk(
+            project, agent, skip_outside=True, archived=archived
+        ):
             grouped.setdefault((proj, ag, sid), []).append((index, date, path))
         infos: list[SessionInfo] = []
         for (proj, ag, sid), entries in grouped.items():
             files = [path for _, _, path in sorted(entries)]
-            if not any(_peek(f, want="session_meta") for f in files):
+            if not any(
+                _peek(f, want="session_meta") or (not fetch and not f.exists()) for f in files
+            ):
                 continue
             infos.append(SessionInfo(sid, proj, ag, _created(sid, files[0]), files))
         infos.sort(key=lambda s: (s.created, s.session_id), reverse=True)
@@ -377,7 +386,7 @@ class DataRoot:
         session_id: str | None = None,
         *,
         skip_outside: bool = False,
-        fetch: bool = True,
+        archived: Literal["fetch", "list", "skip"] = "fetch",
     ) -> Iterator[tuple[str, str, str, str, int, Path]]:
         """``(project, agent, date, session_id, index, path)`` for every trace file under
         ``<project>/agents/<agent>/traces/<date>/`` (only of ``session_id`` when given).
@@ -388,9 +397,10 @@ class DataRoot:
         directory already checked is inside, which keeps a walk linear and cheap.
 
         A file that a ``<session_id>.archived.json`` record of the directory names and that is
-        missing is fetched back first (``eventstore.archive``) unless ``fetch`` is false, so
-        every reader sees archived files as if they had never left; one that cannot be fetched
-        raises ``ArchiveError`` (with ``skip_outside``, a listing: an ``ArchiveWarning``)."""
+        missing is fetched back first (``eventstore.archive``), so every reader sees archived
+        files as if they had never left; one that cannot be fetched raises ``ArchiveError``
+        (with ``skip_outside``, a listing: an ``ArchiveWarning``).  ``archived="list"`` yields
+        such files without fetching them, ``"skip"`` leaves them out (the local files only)."""
         root = self.home.resolve()
         check = _OutsideCheck(root, skip=skip_outside)
         projects = (
@@ -425,9 +435,14 @@ class DataRoot:
                         if link and not check(path):
                             continue
                         yield proj, ag, date, parsed[0], parsed[1], path
-                    if fetch:
+                    if archived != "skip":
                         for sid, path in self._archived(
-                            directory, entries, session_id, check, skip=skip_outside
+                            directory,
+                            entries,
+                            session_id,
+                            check,
+                            skip=skip_outside,
+                            fetch=archived == "fetch",
                         ):
                             yield proj, ag, date, sid, file_index(path) or 0, path
 
@@ -439,6 +454,7 @@ class DataRoot:
         check: _OutsideCheck,
         *,
         skip: bool,
+        fetch: bool,
     ) -> Iterator[tuple[str, Path]]:
         """``(session_id, path)`` of the archived files of ``directory`` fetched back now."""
         records = [n for n, _, _ in entries if n.endswith(RECORD_SUFFIX)]
@@ -450,7 +466,7 @@ class DataRoot:
             if session_id not in (None, sid):
                 continue
             try:
-                fetched = fetch_missing(directory, sid, present)
+                fetched = fetch_missing(directory, sid, present, fetch=fetch)
             except ArchiveError as exc:
                 if not skip:
                     raise
@@ -468,7 +484,7 @@ class DataRoot:
         validate_id(session_id, what="session id")
         found: dict[tuple[str, str, str], list[tuple[int, Path]]] = {}
         for proj, ag, date, _sid, index, path in self._walk(
-            project, agent, session_id, fetch=False
+            project, agent, session_id, archived="skip"
         ):
             found.setdefault((proj, ag, date), []).append((index, path))
         if not found:

@@ -51,6 +51,7 @@ __all__ = [
     "ArchiveWarning",
     "ArchivedFile",
     "archive_session",
+    "archived_entry",
     "archived_files",
     "fetch_missing",
     "idle_sessions",
@@ -69,13 +70,14 @@ class ArchiveWarning(UserWarning):
 class ArchivedFile(msgspec.Struct, frozen=True, kw_only=True):
     """One archived trace file: where it went and what it was.  ``endpoint_url`` is the object
     store's address when not the provider's default (no credentials: those stay in the
-    environment); ``mtime`` is given back to the file when it is fetched."""
+    environment); ``mtime_ns`` is given back to the file when it is fetched, so a fetched file
+    looks unchanged to whatever compared its size and modification time before."""
 
     name: str
     url: str
     sha256: str
     size: int
-    mtime: float
+    mtime_ns: int
     archived_at: str
     endpoint_url: str | None = None
 
@@ -285,7 +287,7 @@ def _archive_file(
         url=url,
         sha256=sha,
         size=size,
-        mtime=stat.st_mtime,
+        mtime_ns=stat.st_mtime_ns,
         archived_at=datetime.now(UTC).isoformat(timespec="seconds"),
         endpoint_url=endpoint_url,
     )
@@ -314,7 +316,7 @@ def idle_sessions(
     cutoff = (time.time() if now is None else now) - days * 86400
     newest: dict[tuple[str, str, str], float] = {}
     locks: dict[tuple[str, str, str], Path] = {}
-    for proj, ag, _date, sid, _index, path in root._walk(project, agent, fetch=False):
+    for proj, ag, _date, sid, _index, path in root._walk(project, agent, archived="skip"):
         try:
             mtime = path.stat().st_mtime
         except FileNotFoundError:
@@ -329,9 +331,12 @@ def idle_sessions(
 # --------------------------------------------------------------------------- fetching back
 
 
-def fetch_missing(directory: Path, session_id: str, present: set[str]) -> list[Path]:
+def fetch_missing(
+    directory: Path, session_id: str, present: set[str], *, fetch: bool = True
+) -> list[Path]:
     """Fetch every file the session's archive record in ``directory`` names that is not in
-    ``present`` (names found there) back into ``directory``; return their paths.
+    ``present`` (names found there) back into ``directory``; return their paths (without
+    ``fetch``: only the paths, nothing is fetched — a listing that needs no content).
 
     Each is downloaded to a private temporary file, checked against the recorded SHA-256 and
     size, given its recorded modification time, made durable and then linked to its name, so a
@@ -346,8 +351,22 @@ def fetch_missing(directory: Path, session_id: str, present: set[str]) -> list[P
                 f"archive record names a file outside its directory: {entry.name!r}",
                 path=record_path(directory, session_id),
             )
-        fetched.append(_fetch(directory, entry))
+        fetched.append(_fetch(directory, entry) if fetch else directory / entry.name)
     return fetched
+
+
+def archived_entry(path: Path) -> ArchivedFile | None:
+    """The archive record's entry for the trace file ``path``, or ``None`` when its session's
+    record (in the same directory) names no such file.  A host that compared a file's size and
+    modification time can compare the entry's instead while the file is away."""
+    parsed = parse_trace_name(path.name)
+    if parsed is None:
+        return None
+    try:
+        entries = read_record(record_path(path.parent, parsed[0]))
+    except ArchiveError:
+        return None
+    return next((e for e in entries if e.name == path.name), None)
 
 
 def _fetch(directory: Path, entry: ArchivedFile) -> Path:
@@ -372,7 +391,7 @@ def _fetch(directory: Path, entry: ArchivedFile) -> Path:
                 path=target,
                 url=entry.url,
             )
-        os.utime(temp, (entry.mtime, entry.mtime))
+        os.utime(temp, ns=(entry.mtime_ns, entry.mtime_ns))
         try:
             os.link(temp, target)
         except FileExistsError:

@@ -15,6 +15,7 @@ import dataclasses
 import json
 import sqlite3
 import threading
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -131,7 +132,9 @@ class Index:
         """Catch up every session (of ``project``/``agent``) whose files changed, and drop the
         rows of sessions whose files are gone; returns the ids whose rows changed."""
         with self._refreshing:
-            infos = self.root.sessions(project=project, agent=agent)
+            # Archived files are not fetched to be compared: their records say whether they
+            # are the files indexed; a session that needs catching up is fetched below.
+            infos = self.root.sessions(project=project, agent=agent, fetch=False)
             known: dict[str, dict[str, tuple[int, int, int]]] = {}
             with self._read_lock:
                 for skey, path, size, mtime, ino in self._reader.execute(
@@ -151,11 +154,27 @@ class Index:
                 # an unchanged root reads the index alone.
                 from ._catchup import catch_up, check_shape
 
+                todo = [p for info in todo if (p := self._present(info)) is not None]
                 with self._write_lock:
                     check_shape(self._writer)
                     changed += catch_up(self._writer, todo)
             changed += self._drop_gone(walked, project, agent)
             return changed
+
+    def _present(self, info: SessionInfo) -> SessionInfo | None:
+        """``info`` with its archived files fetched back (``penguin archive``): catching a
+        session up reads them.  ``None``, with an ``ArchiveWarning``, when they cannot be
+        fetched: its rows stay as they are."""
+        if all(f.exists() for f in info.files):
+            return info
+        from eventstore.archive import ArchiveError, ArchiveWarning
+
+        try:
+            files = self.root.trace_files(info.session_id, project=info.project, agent=info.agent)
+        except ArchiveError as exc:
+            warnings.warn(f"skipped {info.session_id}: {exc}", ArchiveWarning, stacklevel=3)
+            return None
+        return dataclasses.replace(info, files=files)
 
     def _drop_gone(self, walked: set[str], project: str | None, agent: str | None) -> list[str]:
         clauses, args = _scope(project, agent)

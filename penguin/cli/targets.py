@@ -122,7 +122,9 @@ def match_session_id(root: DataRoot, arg: str, g: Globals) -> str | None:
     """The one session of the root whose id starts with ``arg``, or whose short id (the last 8
     characters, as listings show it) is ``arg``; None when there is none; ``CliError`` when
     several match.  One walk of the root."""
-    ids = sorted({i.session_id for i in root.sessions(project=g.project, agent=g.agent)})
+    # The ids only: archived sessions stay where they are.
+    infos = root.sessions(project=g.project, agent=g.agent, fetch=False)
+    ids = sorted({i.session_id for i in infos})
     found = [sid for sid in ids if sid.startswith(arg)] or [sid for sid in ids if sid[-8:] == arg]
     if len(found) > 1:
         shown = ", ".join(found[:5]) + (", …" if len(found) > 5 else "")

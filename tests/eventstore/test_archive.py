@@ -20,6 +20,7 @@ from eventstore.archive import (
     ArchiveError,
     ArchiveWarning,
     archive_session,
+    archived_entry,
     archived_files,
     idle_sessions,
     read_record,
@@ -71,7 +72,7 @@ def test_archive_uploads_verifies_records_and_removes_r_root_9(
     home = tmp_path / "home"
     files = _session(home)
     content = {f.name: f.read_bytes() for f in files}
-    mtimes = {f.name: f.stat().st_mtime for f in files}
+    mtimes = {f.name: f.stat().st_mtime_ns for f in files}
     root = DataRoot(home)
     to = _prefix(tmp_path)
 
@@ -91,11 +92,17 @@ def test_archive_uploads_verifies_records_and_removes_r_root_9(
     assert [e.name for e in entries] == [f.name for f in files]
     assert all(e.endpoint_url == s3.endpoint_url and e.url.startswith(to) for e in entries)
 
+    # A listing that needs no content leaves them away; the record stands in for them.
+    (away,) = root.sessions(fetch=False)
+    assert away.files == files and not any(f.exists() for f in files)
+    entry = archived_entry(files[0])
+    assert entry is not None and entry.mtime_ns == mtimes[files[0].name]
+
     # Every reader of the root gets the files back, byte for byte, with their times.
     (info,) = root.sessions()
     assert info.session_id == SID and [p.name for p in info.files] == [f.name for f in files]
     assert {f.name: f.read_bytes() for f in files} == content
-    assert {f.name: f.stat().st_mtime for f in files} == mtimes
+    assert {f.name: f.stat().st_mtime_ns for f in files} == mtimes
     assert root.latest_trace(SID) == files[-1]
     assert read_trace(root.trace_files(SID)).records
 

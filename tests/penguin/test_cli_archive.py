@@ -63,7 +63,8 @@ def test_readers_read_an_archived_session_and_resume_appends(tmp_path: Path, s3:
     assert [f["status"] for f in entry["files"]] == ["archived"]
     assert _local(home, sid) == []
 
-    # Each reader, each time from object storage (archived again after every read).
+    # Each reader, each time from object storage (archived again after every read); the first
+    # listing indexes the session, so it fetches it too.
     readers = [
         (("sessions", "--json"), sid),
         (("show", sid), "Here are two files."),
@@ -72,7 +73,6 @@ def test_readers_read_an_archived_session_and_resume_appends(tmp_path: Path, s3:
         (("replay", sid), ""),
         (("export", sid, "--format", "md"), "Here are two files."),
         (("query", "SELECT count(*) AS n FROM sessions", "--format", "json"), '"n": 1'),
-        (("search", "files", "--json"), sid),
         (("stats", "--all"), "1"),
     ]
     for args, shown in readers:
@@ -82,6 +82,13 @@ def test_readers_read_an_archived_session_and_resume_appends(tmp_path: Path, s3:
         assert {p.name: p.read_bytes() for p in _local(home, sid)} == original, args
         again = _archive(home, s3, to, sid)
         assert [f["status"] for f in again["sessions"][0]["files"]] == ["evicted"]  # type: ignore[index]
+
+    # Once indexed, listing and searching do not fetch an archived session back: the record
+    # says the files that left are the ones indexed.
+    for args in (("sessions", "--json"), ("search", "files", "--json")):
+        result = invoke("--home", home, *args)
+        assert result.exit_code == 0 and sid in result.stdout, (args, result.output)
+        assert _local(home, sid) == [], args
 
     result = invoke(
         "--home", home, "resume", sid, "-m", "And now?", "--script",
