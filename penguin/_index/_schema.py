@@ -82,6 +82,11 @@ def connect(path: Path | None) -> sqlite3.Connection:
         if path is not None:
             db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
+        # Searches read the FTS5 segments at random: a larger page cache and memory-mapped
+        # reads keep a warm query off the read() path on a large index.
+        db.execute("PRAGMA cache_size=-32768")
+        if path is not None:
+            db.execute(f"PRAGMA mmap_size={256 * 2**20}")
         _migrate(db)
     except BaseException:
         db.close()
