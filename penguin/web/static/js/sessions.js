@@ -32,6 +32,7 @@ export function sessionsView(root) {
   );
   let timer = null;
   let rows = [];
+  let capped = false;
   const live = new Map();  // id -> {status, last_active} from the event stream
 
   function draw() {
@@ -45,12 +46,15 @@ export function sessionsView(root) {
     } else if (!shown.length) {
       tbody.append(h("tr", { class: "empty" }, h("td", { colspan: COLUMNS.length, class: "muted" }, "No session title or first prompt matches.")));
     }
-    setText(count, q ? `${shown.length} of ${rows.length}` : `${rows.length}`);
+    setText(count, (q ? `${shown.length} of ${rows.length}` : `${rows.length}`)
+      + (capped ? " most recent (search finds older ones)" : ""));
   }
   async function load() {
     try {
       const data = await api("/api/sessions?limit=1000");
       rows = data.sessions;
+      // The most recent 1,000 (the API's page); the full-text search reaches the older ones.
+      capped = data.next_cursor !== null && data.next_cursor !== undefined;
       draw();
     } catch (err) {
       error.hidden = false;
