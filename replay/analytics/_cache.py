@@ -180,11 +180,12 @@ def cached_views(
     *,
     show: set[str] | None,
     max_line_bytes: int,
-) -> CacheInfo | None:
+) -> tuple[CacheInfo, dict[str, str]] | None:
     """Refresh the cache of ``home`` for ``files`` (every trace file of the root), then create
-    the public views over its segments for the sessions ``show`` (all when ``None``).  Returns
-    ``None``, having created nothing, when the cache cannot be written (a read-only root): the
-    caller builds the views from the files instead."""
+    the public views over its segments for the sessions ``show`` (all when ``None``): returns
+    what the refresh did and each view's ``CREATE VIEW`` statement, for the caller to run when a
+    query first names it.  Returns ``None``, having created nothing, when the cache cannot be
+    written (a read-only root): the caller builds the views from the files instead."""
     directory = cache_dir(home)
     try:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -217,9 +218,10 @@ def cached_views(
         except OSError:
             _drop_build_tables(con)
             return None
-    _create_cached_views(con, directory, m, show)
+    pending = _create_cached_views(con, directory, m, show)
     segments = tuple(str(directory / s) for segs in m.segments.values() for s in segs)
-    return CacheInfo(info.path, info.sessions_rebuilt, info.files_read, info.bytes_read, segments)
+    info = CacheInfo(info.path, info.sessions_rebuilt, info.files_read, info.bytes_read, segments)
+    return info, pending
 
 
 def _rebuild(
@@ -437,7 +439,10 @@ def _drop_build_tables(con: duckdb.DuckDBPyConnection) -> None:
 
 def _create_cached_views(
     con: duckdb.DuckDBPyConnection, directory: Path, m: _Manifest, show: set[str] | None
-) -> None:
+) -> dict[str, str]:
+    """Create ``_live`` (the sessions shown, with their generations); return each public
+    view's statement (binding a view reads its segments' footers: only the views a query
+    names are created)."""
     if show is None and m.segments.get(_LIVE):
         # The manifest's generations, written with it: no Python list to hand DuckDB.
         con.execute(
@@ -447,17 +452,19 @@ def _create_cached_views(
     else:
         live = [(sid, gen) for sid, gen in _live_sessions(m) if show is None or sid in show]
         _table(con, "_live", ["session_id", "gen"], live, ["VARCHAR", "BIGINT"])
+    views: dict[str, str] = {}
     for view in VIEWS:
         if view == "sessions":  # R-SET-5: the status is the live one (``_status``), not cached
-            con.execute(
+            views[view] = (
                 "CREATE OR REPLACE TEMP VIEW sessions AS SELECT v.* EXCLUDE (_gen), "
                 f"st.status FROM read_parquet({_list(directory, m.segments[view])}) v "
                 "LEFT JOIN _status st USING (session_id) "
                 "SEMI JOIN _live l ON v.session_id = l.session_id AND v._gen = l.gen"
             )
             continue
-        con.execute(
+        views[view] = (
             f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT v.* EXCLUDE (_gen) "
             f"FROM read_parquet({_list(directory, m.segments[view])}) v "
             "SEMI JOIN _live l ON v.session_id = l.session_id AND v._gen = l.gen"
         )
+    return views

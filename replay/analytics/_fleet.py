@@ -8,11 +8,12 @@ directory per view, partitioned by day).  Does not: print or format results (the
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from eventstore import MAX_LINE_BYTES
 
@@ -42,6 +43,15 @@ class Result:
         return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
 
 
+_LISTS_TABLES: Final = re.compile(
+    r"\b(show|describe|summarize|information_schema|duckdb_\w+|pragma)\b", re.IGNORECASE
+)
+
+
+def _names(view: str, query: str) -> bool:
+    return re.search(rf"\b{view}\b", query, re.IGNORECASE) is not None
+
+
 def _duckdb() -> Any:
     try:
         import duckdb
@@ -63,7 +73,9 @@ class Fleet:
         read_only: bool = False,
         cache: CacheInfo | None = None,
     ) -> None:
-        self.connection = connection
+        self._con = connection
+        # Cached views not created yet (``_cache``): each on the first query naming it.
+        self._pending: dict[str, str] = {}
         self.files = files
         self.read_only = read_only
         #: What the Parquet cache did, when the views read it (``open_fleet(cache=True)``).
@@ -71,6 +83,21 @@ class Fleet:
         # The cached views read Parquet: there is no fold to compute.
         self._fold_stored = cache is not None
         self._status_stored = False
+
+    @property
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        """The DuckDB connection, every view created."""
+        self._create_pending(None)
+        return self._con
+
+    def _create_pending(self, query: str | None) -> None:
+        """Create the cached views ``query`` names (all of them for ``None`` or a query that
+        lists tables): a report on tool calls never binds the other five."""
+        if not self._pending:
+            return
+        every = query is None or _LISTS_TABLES.search(query)
+        for view in [v for v in self._pending if every or _names(v, query or "")]:
+            self._con.execute(self._pending.pop(view))
 
     def __enter__(self) -> Fleet:
         return self
@@ -84,7 +111,7 @@ class Fleet:
         self.close()
 
     def close(self) -> None:
-        self.connection.close()
+        self._con.close()
 
     @property
     def bytes_read(self) -> int:
@@ -99,12 +126,13 @@ class Fleet:
         try:
             # The fold is computed on first use: a report on tool calls never pays for it.
             if not self._fold_stored and FOLD_READERS.search(query):
-                store_fold(self.connection)
+                store_fold(self._con)
                 self._fold_stored = True
             if not self._status_stored and reads_sessions(query):
-                store_status(self.connection, self.files)  # R-SET-5, on first use
+                store_status(self._con, self.files)  # R-SET-5, on first use
                 self._status_stored = True
-            cursor = self.connection.execute(query, parameters or [])
+            self._create_pending(query)
+            cursor = self._con.execute(query, parameters or [])
             columns = [d[0] for d in cursor.description or []]
             rows = cursor.fetchall() if columns else []
         except duckdb.Error as exc:
@@ -116,7 +144,7 @@ class Fleet:
         (files and settings are already out of reach: ``_lock_down``)."""
         duckdb = _duckdb()
         try:
-            statements = self.connection.extract_statements(query)
+            statements = self._con.extract_statements(query)
         except duckdb.Error as exc:
             raise AnalyticsError(f"query failed: {exc}") from None
         for statement in statements:
@@ -212,6 +240,7 @@ def open_fleet(
     ]
     con = duckdb.connect(":memory:")
     info: CacheInfo | None = None
+    pending: dict[str, str] = {}
     try:
         if threads is not None:
             con.execute(f"SET threads = {int(threads)}")
@@ -221,7 +250,9 @@ def open_fleet(
             show = None
             if project is not None or agent is not None:
                 show = {f.session_id for f in files}
-            info = cached_views(con, home, every_file, show=show, max_line_bytes=max_line_bytes)
+            cached = cached_views(con, home, every_file, show=show, max_line_bytes=max_line_bytes)
+            if cached is not None:
+                info, pending = cached
         if info is None:
             load(con, files, max_line_bytes=max_line_bytes)
             create_views(con)
@@ -237,7 +268,9 @@ def open_fleet(
     except BaseException:
         con.close()
         raise
-    return Fleet(con, files, read_only=read_only, cache=info)
+    fleet = Fleet(con, files, read_only=read_only, cache=info)
+    fleet._pending = pending
+    return fleet
 
 
 def _open_parquet(
