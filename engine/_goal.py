@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 import anyio
 import yaml
 
-from eventstore import ImageUrlPayload, OmniMessage, TextPayload, TokenUsagePayload
+from eventstore import ImageUrlPayload, OmniMessage, TextPayload, TokenUsagePayload, record_kind
 from eventstore import builders as b
 from projections import GoalOutcome, GoalState
 from projections import markers as mk
@@ -182,7 +182,7 @@ class GoalRun:
             if msg.origin is not None or not (user_text or isinstance(p, ImageUrlPayload)):
                 raise ValueError(
                     f"a goal input holds user text and images only, not {msg.type}/"
-                    f"{b.payload_type(msg) or '?'}"
+                    f"{record_kind(msg)}"
                 )
         if not any(isinstance(m.payload, TextPayload) and m.payload.text.strip() for m in given):
             raise ValueError("a goal needs an objective: the input has no text")
