@@ -23,6 +23,7 @@ from ._dirs import (
     sync_dir as sync_dir,
 )
 from ._discovery import (
+    OutsideCheck as OutsideCheck,
     OutsideRootWarning as OutsideRootWarning,
     find_trace_files as find_trace_files,
 )

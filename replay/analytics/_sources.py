@@ -18,10 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from eventstore import parse_trace_name, validate_id
+from eventstore import OutsideCheck, parse_trace_name, validate_id
 from eventstore.archive import RECORD_SUFFIX, fetch_missing
-
-from ._exceptions import AnalyticsError
 
 __all__ = ["TraceFile", "files_from_glob", "files_from_root"]
 
@@ -62,13 +60,15 @@ def files_from_root(home: str | os.PathLike[str]) -> list[TraceFile]:
     """Every ``<project>/agents/<agent>/traces/<date>/<id>_<NNN>.jsonl`` under ``home``;
     ``*.lock`` and other names are ignored (R-TRACE-18a).  A missing root has none."""
     root = Path(home).expanduser().absolute()
-    real_root = root.resolve()
+    # The store's one symlink rule (R-ROOT-9): a link resolving outside the root is left out
+    # with an OutsideRootWarning, as DataRoot's listings do.
+    inside = OutsideCheck(root.resolve(), skip=True)
     found: list[TraceFile] = []
-    for project in _dirs(root, real_root):
+    for project in _dirs(root, inside):
         agents = root / project / "agents"
-        for agent in _dirs(agents, real_root):
+        for agent in _dirs(agents, inside):
             traces = agents / agent / "traces"
-            for date in _dirs(traces, real_root):
+            for date in _dirs(traces, inside):
                 entries = _scandir(traces / date)
                 archived = False
                 for entry in entries:
@@ -76,8 +76,8 @@ def files_from_root(home: str | os.PathLike[str]) -> list[TraceFile]:
                     if parsed is None or not entry.is_file():
                         archived = archived or entry.name.endswith(RECORD_SUFFIX)
                         continue
-                    if entry.is_symlink():
-                        _inside(Path(entry.path), real_root)
+                    if entry.is_symlink() and not inside(Path(entry.path)):
+                        continue
                     # Described from the walk, not by ``_describe``: a Path per file costs more
                     # than the rest of a warm cached report (``_cache``).
                     found.append(TraceFile(entry.path, parsed[0], parsed[1], project, agent, date))
@@ -111,13 +111,13 @@ def _scandir(parent: Path) -> list[os.DirEntry[str]]:
         return []
 
 
-def _dirs(parent: Path, real_root: Path) -> list[str]:
+def _dirs(parent: Path, inside: OutsideCheck) -> list[str]:
     names = []
     for entry in _scandir(parent):
         if not _is_id(entry.name) or not entry.is_dir():
             continue
-        if entry.is_symlink():
-            _inside(Path(entry.path), real_root)
+        if entry.is_symlink() and not inside(Path(entry.path)):
+            continue
         names.append(entry.name)
     return sorted(names)
 
@@ -129,11 +129,3 @@ def _is_id(name: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _inside(path: Path, real_root: Path) -> None:
-    resolved = path.resolve()
-    if resolved != real_root and not resolved.is_relative_to(real_root):
-        raise AnalyticsError(
-            f"path resolves outside the data root {real_root}: {path} -> {resolved}"
-        )

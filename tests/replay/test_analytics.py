@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from eventstore import TokenCounts, read_trace
+from eventstore import OutsideRootWarning, TokenCounts, read_trace
 from projections import Usage
 
 duckdb = pytest.importorskip("duckdb")
@@ -31,6 +31,7 @@ from replay.analytics import (  # noqa: E402
     Fleet,
     open_fleet,
 )
+from replay.analytics._sources import files_from_root  # noqa: E402
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "traces"
 _NAME = re.compile(r"^(.+)_(\d{3,})\.jsonl\Z")
@@ -363,13 +364,17 @@ def test_both_sources_refused(tmp_path: Path) -> None:
 
 
 def test_symlink_out_of_the_root_is_refused_r_root_9(tmp_path: Path) -> None:
+    """The store's one rule (R-ROOT-9), as DataRoot's listings apply it: the link is left out
+    with an OutsideRootWarning; the rest of the root is still read."""
     outside = tmp_path / "outside"
-    outside.mkdir()
+    (outside / "traces" / "2026-01-01").mkdir(parents=True)
+    (outside / "traces" / "2026-01-01" / "s1_001.jsonl").write_text("{}\n")
     home = tmp_path / "home"
     (home / "p" / "agents").mkdir(parents=True)
     (home / "p" / "agents" / "a").symlink_to(outside)
-    with pytest.raises(AnalyticsError, match="outside the data root"):
-        open_fleet(home=home)
+    with pytest.warns(OutsideRootWarning, match="outside the data root"):
+        files = files_from_root(home)
+    assert files == []
 
 
 def test_odd_but_valid_lines_are_records_as_the_reader_reads_them(tmp_path: Path) -> None:
