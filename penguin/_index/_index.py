@@ -164,7 +164,8 @@ class Index:
     def _present(self, info: SessionInfo) -> SessionInfo | None:
         """``info`` with its archived files fetched back (``penguin archive``): catching a
         session up reads them.  ``None``, with an ``ArchiveWarning``, when they cannot be
-        fetched: its rows stay as they are."""
+        fetched: its rows stay as they are.  ``None`` too when the session was deleted since the
+        walk (a server's DELETE during a CLI's listing): the next refresh drops its rows."""
         if all(f.exists() for f in info.files):
             return info
         from eventstore.archive import ArchiveError, ArchiveWarning
@@ -173,6 +174,8 @@ class Index:
             files = self.root.trace_files(info.session_id, project=info.project, agent=info.agent)
         except ArchiveError as exc:
             warnings.warn(f"skipped {info.session_id}: {exc}", ArchiveWarning, stacklevel=3)
+            return None
+        except FileNotFoundError:
             return None
         return dataclasses.replace(info, files=files)
 

@@ -186,6 +186,34 @@ def test_deleted_files_and_sessions(tmp_path: Path) -> None:
     assert [r[1] for r in rows["sessions"]] == [SID] and rows == fresh(home)
 
 
+def test_a_session_deleted_during_a_refresh_is_not_an_error(tmp_path: Path) -> None:
+    """A session deleted between the refresh's walk and its catch-up (a server's DELETE while
+    another request lists sessions) is skipped, then dropped by the next refresh; it raised
+    FileNotFoundError("Session does not exist"), a 500 seen by the server's fuzz test."""
+    home = tmp_path / "home"
+    _write(trace_file(home, 1), session_records(SID, 1))
+    other = sid_of(8)
+    _write(trace_file(home, sid=other), session_records(other, 0))
+    root = DataRoot(home)
+    walked = root.sessions(fetch=False)
+
+    class DeletingRoot(DataRoot):
+        def sessions(self, *args: Any, **kwargs: Any) -> Any:
+            # The walk as it was; the other session's files removed right after it.
+            trace_file(home, sid=other).unlink()
+            return walked
+
+    with Index(DeletingRoot(home), tmp_path / "idx.sqlite3") as index:
+        index.refresh()
+    assert _search_db(tmp_path / "idx.sqlite3", home, "parser") == [SID]
+    assert indexed(home) == fresh(home)
+
+
+def _search_db(db: Path, home: Path, text: str) -> list[str]:
+    with Index(DataRoot(home), db) as index:
+        return [hit.session_id for hit in index.search(text)]
+
+
 def test_garbled_lines_are_diagnosed_and_the_rest_indexed(tmp_path: Path) -> None:
     home = tmp_path / "home"
     path = trace_file(home)
