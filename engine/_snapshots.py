@@ -65,6 +65,9 @@ class ScanResult:
     manifest: SnapshotManifest
     written: int  # blobs this scan wrote
     hashed: int  # files read and hashed (the rest were trusted by size and mtime)
+    # The manifest directory by directory (``None``: a file left out by a cap), as the store
+    # makes its trees: ``SnapshotStore.put_manifest(manifest, groups=)``.
+    groups: dict[str, dict[str, ManifestEntry | None]] | None = None
 
 
 class _Ignore:
@@ -110,6 +113,8 @@ class ScanCache:
     def __init__(self) -> None:
         self.dirs: dict[str, _Listing] = {}
         self.walked = -1  # files the last walk found (-1: no walk yet)
+        self.manifest: SnapshotManifest | None = None  # the last scan's, and its directories
+        self.groups: dict[str, dict[str, ManifestEntry | None]] = {}
         self.skip: dict[tuple[Path, Path | None], frozenset[str]] = {}
 
 
@@ -124,13 +129,16 @@ def _lstat(path: str) -> os.stat_result | None:
         return None
 
 
-def _walk(
-    workspace: Path, skip: frozenset[str], cache: ScanCache | None = None
-) -> list[tuple[str, os.stat_result]]:
-    """Every regular file under ``workspace`` not ignored by a ``.gitignore`` on its way, as
-    (relative POSIX path, lstat), in a stable order; directories in ``skip`` (relative paths)
-    are not entered."""
-    out: list[tuple[str, os.stat_result]] = []
+# One directory's regular files as the walk found them: (its path relative to the workspace,
+# "" for the top; the prefix of its files' paths; [(name, lstat)]).
+_Found = tuple[str, str, list[tuple[str, os.stat_result]]]
+
+
+def _walk(workspace: Path, skip: frozenset[str], cache: ScanCache | None = None) -> list[_Found]:
+    """Every regular file under ``workspace`` not ignored by a ``.gitignore`` on its way,
+    directory by directory, in a stable order; directories in ``skip`` (relative paths) are not
+    entered."""
+    out: list[_Found] = []
     specs: list[tuple[str, _Ignore]] = []
     now = time.time_ns()
     cached = cache.dirs if cache is not None else {}
@@ -193,13 +201,16 @@ def _walk(
             assert found.ignore is not None
             specs.append((rel, found.ignore))
             chain = (*chain, found.key[3] if len(found.key) > 3 else None)
-        for name in found.files:
-            try:
-                st = lstat(f"{path}/{name}")
-            except OSError:
-                continue
-            if isreg(st.st_mode):
-                out.append((f"{rel}{name}", st))
+        if found.files:
+            here: list[tuple[str, os.stat_result]] = []
+            for name in found.files:
+                try:
+                    st = lstat(f"{path}/{name}")
+                except OSError:
+                    continue
+                if isreg(st.st_mode):
+                    here.append((name, st))
+            out.append((rel[:-1], rel, here))
         for name in found.subdirs:
             try:
                 st = lstat(f"{path}/{name}")
@@ -215,7 +226,7 @@ def _walk(
         visit(str(workspace), "", root, ())
     if cache is not None:
         cache.dirs = seen  # directories gone since are forgotten
-        cache.walked = len(out)
+        cache.walked = sum(len(files) for _, _, files in out)
     return out
 
 
@@ -281,44 +292,61 @@ def _scan(
     skip = known if known is not None else _skipped(workspace, exclude)
     if cache is not None:  # two realpath()s: once per session
         cache.skip[(workspace, exclude)] = skip
-    for rel, st in _walk(workspace, skip, cache):
-        size = st.st_size
-        if size > max_file:
-            skipped.append(rel)
-            continue
-        prior = old_get(rel)
-        mode = st.st_mode & 0o7777
-        # The hot path (most files, every turn): size, mtime and mode as recorded -> the entry
-        # is reused as it is.  A racy entry holds mtime 0, which no file's mtime equals.
-        if (
-            prior is not None
-            and prior.mtime_ns == st.st_mtime_ns
-            and prior.size == size
-            and prior.mode == mode
-        ):
-            files[rel] = prior
-            continue
-        mtime = st.st_mtime_ns if now - st.st_mtime_ns > _RACY_NS else 0
-        if prior is not None and prior.size == size and prior.mtime_ns == st.st_mtime_ns:
-            files[rel] = ManifestEntry(prior.hash, size, mode, mtime)
-            continue
-        if new_bytes + st.st_size > settings.max_snapshot_bytes:
-            skipped.append(rel)
-            continue
-        if inline:
-            raise _NeedsThread
-        read = _hash_file(workspace / rel)
-        if read is None:  # vanished or unreadable between the walk and the read
-            continue
-        digest, data = read
-        hashed += 1
-        if store is not None and not store.has_blob(digest):
-            store.put_blob(data, digest)
-            written += 1
-            new_bytes += len(data)
-        files[rel] = ManifestEntry(digest, len(data), mode, mtime)
+    # The previous scan's directories (what the store's trees were made of), when ``previous``
+    # is that scan's manifest: a directory whose entries are all reused is passed on as the
+    # same object, and the store reuses its tree without comparing it again.
+    before = cache.groups if cache is not None and previous is cache.manifest else {}
+    groups: dict[str, dict[str, ManifestEntry | None]] = {}
+    for d, prefix, found in _walk(workspace, skip, cache):
+        group: dict[str, ManifestEntry | None] = {}
+        for name, st in found:
+            rel = prefix + name
+            size = st.st_size
+            if size > max_file:
+                skipped.append(rel)
+                group[name] = None
+                continue
+            prior = old_get(rel)
+            mode = st.st_mode & 0o7777
+            # The hot path (most files, every turn): size, mtime and mode as recorded -> the
+            # entry is reused as it is.  A racy entry holds mtime 0, which no mtime equals.
+            if (
+                prior is not None
+                and prior.mtime_ns == st.st_mtime_ns
+                and prior.size == size
+                and prior.mode == mode
+            ):
+                files[rel] = group[name] = prior
+                continue
+            mtime = st.st_mtime_ns if now - st.st_mtime_ns > _RACY_NS else 0
+            if prior is not None and prior.size == size and prior.mtime_ns == st.st_mtime_ns:
+                files[rel] = group[name] = ManifestEntry(prior.hash, size, mode, mtime)
+                continue
+            if new_bytes + st.st_size > settings.max_snapshot_bytes:
+                skipped.append(rel)
+                group[name] = None
+                continue
+            if inline:
+                raise _NeedsThread
+            read = _hash_file(workspace / rel)
+            if read is None:  # vanished or unreadable between the walk and the read
+                continue
+            digest, data = read
+            hashed += 1
+            if store is not None and not store.has_blob(digest):
+                store.put_blob(data, digest)
+                written += 1
+                new_bytes += len(data)
+            files[rel] = group[name] = ManifestEntry(digest, len(data), mode, mtime)
+        old_group = before.get(d)
+        if old_group is not None and old_group == group:  # entries compared by identity first
+            group = old_group
+        if group:
+            groups[d] = group
     manifest = SnapshotManifest(files=files, skipped=skipped)
-    return ScanResult(manifest=manifest, written=written, hashed=hashed)
+    if cache is not None:
+        cache.manifest, cache.groups = manifest, groups
+    return ScanResult(manifest=manifest, written=written, hashed=hashed, groups=groups)
 
 
 def _skipped(workspace: Path, exclude: Path | None) -> frozenset[str]:
@@ -389,7 +417,7 @@ class Snapshots:
             cache=self._cache,
             inline=inline,
         )
-        snapshot_id = self.store.put_manifest(result.manifest)
+        snapshot_id = self.store.put_manifest(result.manifest, groups=result.groups)
         self._last, self._last_id = result.manifest, snapshot_id
         return snapshot_id, result.manifest
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -87,9 +87,11 @@ class SnapshotStore:
         self._root = root
         self.path = root.agent_state(project, agent) / "snapshots"
         self._checked: set[Path] = set()  # directories known to be under the root, private
-        # directory -> (its entries, its tree id) of the last manifest put: an unchanged
-        # directory is not encoded, hashed or looked up again.
-        self._trees: dict[str, tuple[tuple[tuple[str, _TreeEntry], ...], str]] = {}
+        # directory -> (its files, its subdirectories' trees, its tree id) of the last manifest
+        # put: an unchanged directory is not encoded, hashed or looked up again.
+        self._trees: dict[
+            str, tuple[Mapping[str, ManifestEntry | None], tuple[tuple[str, str], ...], str]
+        ] = {}
 
     def _write(self, target: Path, data: bytes) -> None:
         """Write a new object once: the root check of its directory is done once per store."""
@@ -135,40 +137,50 @@ class SnapshotStore:
             raise ValueError(f"not a snapshot id: {tree_id!r}")
         return self.path / "trees" / tree_id[:2] / tree_id
 
-    def put_manifest(self, manifest: SnapshotManifest) -> str:
+    def put_manifest(
+        self,
+        manifest: SnapshotManifest,
+        *,
+        groups: Mapping[str, Mapping[str, ManifestEntry | None]] | None = None,
+    ) -> str:
         """Store ``manifest`` as one tree object per directory, as git does, so a snapshot that
         changed one file writes the trees on that file's path and nothing else.  Written after
         the blobs; a crash leaves at most unreferenced files, which ``collect`` removes.
-        Returns the root tree's id: the snapshot's id."""
-        dirs: dict[str, dict[str, _TreeEntry]] = {"": {}}
-        for path, e in manifest.files.items():
-            parent, _, name = path.rpartition("/")
-            found = dirs.get(parent)
-            if found is None:
-                found = dirs[parent] = {}
-            found[name] = e
-        for path in manifest.skipped:
-            parent, _, name = path.rpartition("/")
-            dirs.setdefault(parent, {})[name] = None
-        for d in list(dirs):
+        ``groups``: the same manifest directory by directory (``None`` for a file left out by
+        a cap), as a scan found it; a directory passed as the very object of the previous call
+        is not compared again.  Returns the root tree's id: the snapshot's id."""
+        if groups is None:
+            groups = _grouped(manifest)
+        subdirs: dict[str, dict[str, str]] = {"": {}}
+        for d in groups:
             while d:
-                d = d.rpartition("/")[0]
-                dirs.setdefault(d, {})
-        root_id = ""
-        for d in sorted(dirs, key=lambda x: -(x.count("/") + 1 if x else 0)):
-            key = tuple(dirs[d].items())
-            cached = self._trees.get(d)
-            if cached is not None and cached[0] == key:
-                tree_id = cached[1]
-            else:
-                tree_id = self._put_tree(dirs[d])
-                self._trees[d] = (key, tree_id)
-            if d:
                 parent, _, name = d.rpartition("/")
-                dirs[parent][name] = tree_id
+                kids = subdirs.get(parent)
+                if kids is None:
+                    kids = subdirs[parent] = {}
+                elif name in kids:
+                    break  # this directory's ancestors are already linked
+                kids[name] = d
+                d = parent
+        ids: dict[str, str] = {}
+        for d in sorted(subdirs.keys() | groups.keys(), key=lambda x: -x.count("/") - bool(x)):
+            own = groups.get(d, _NO_FILES)
+            kids = subdirs.get(d)
+            linked = tuple(sorted((n, ids[c]) for n, c in kids.items())) if kids else ()
+            cached = self._trees.get(d)
+            if (
+                cached is not None
+                and (cached[0] is own or cached[0] == own)
+                and cached[1] == linked
+            ):
+                tree_id = cached[2]
             else:
-                root_id = tree_id
-        return root_id
+                entries: dict[str, _TreeEntry] = dict(own)
+                entries.update(linked)
+                tree_id = self._put_tree(entries)
+                self._trees[d] = (own, linked, tree_id)
+            ids[d] = tree_id
+        return ids[""]
 
     def _put_tree(self, entries: dict[str, _TreeEntry]) -> str:
         data = _ENCODER.encode(_Tree(e=entries))
@@ -242,6 +254,24 @@ class SnapshotStore:
 
 # In a tree: a file's entry, a subdirectory's tree id, or ``None`` for a file left out by a cap.
 _TreeEntry = ManifestEntry | str | None
+
+
+_NO_FILES: Final[Mapping[str, ManifestEntry | None]] = {}
+
+
+def _grouped(manifest: SnapshotManifest) -> dict[str, dict[str, ManifestEntry | None]]:
+    """The manifest directory by directory, as ``put_manifest``'s ``groups``."""
+    groups: dict[str, dict[str, ManifestEntry | None]] = {}
+    for path, e in manifest.files.items():
+        parent, _, name = path.rpartition("/")
+        found = groups.get(parent)
+        if found is None:
+            found = groups[parent] = {}
+        found[name] = e
+    for path in manifest.skipped:
+        parent, _, name = path.rpartition("/")
+        groups.setdefault(parent, {})[name] = None
+    return groups
 
 
 class _Tree(msgspec.Struct):

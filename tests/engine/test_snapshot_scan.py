@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from engine import ScanCache, SnapshotSettings, scan_workspace
 from engine._snapshots import Snapshots
 from eventstore import DataRoot
+from eventstore.snapshots import SnapshotStore
 
 _OLD_NS = 1_700_000_000 * 10**9
 
@@ -88,6 +89,35 @@ def test_r_snap_1_a_cached_scan_finds_what_a_fresh_scan_finds(
         _apply(ws, op)
         clock.age(ws)
         assert _scan(ws, cache) == _scan(ws), op
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=st.lists(OPS, min_size=1, max_size=10))
+def test_r_snap_1_trees_made_from_reused_directories_equal_trees_made_afresh(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, str, str, bytes]]
+) -> None:
+    """A session's scans hand the store their directories (unchanged ones as the same objects);
+    each snapshot id equals the id a new store gives the same manifest, and reads back whole."""
+    base = tmp_path_factory.mktemp("snap")
+    ws = base / "ws"
+    ws.mkdir()
+    settings_ = SnapshotSettings(max_file_bytes=64)
+    store = SnapshotStore(DataRoot(base / "home"), project="p", agent="a")
+    clock, cache = _Clock(), ScanCache()
+    previous = None
+    for n, op in enumerate(ops):
+        _apply(ws, op)
+        clock.age(ws)
+        result = scan_workspace(ws, store, settings_, previous, cache=cache)
+        snapshot_id = store.put_manifest(result.manifest, groups=result.groups)
+        other = SnapshotStore(DataRoot(base / f"home{n}"), project="p", agent="a")
+        assert other.put_manifest(scan_workspace(ws, other, settings_).manifest) == snapshot_id
+        back = store.read_manifest(snapshot_id)
+        assert back.files == result.manifest.files
+        assert sorted(back.skipped) == sorted(result.manifest.skipped)
+        previous = result.manifest
 
 
 def test_r_snap_1_a_trusted_listing_is_not_listed_again(

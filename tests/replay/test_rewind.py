@@ -279,7 +279,7 @@ CRASH = textwrap.dedent(
     from eventstore.builders import user_text
     from eventstore.snapshots import SnapshotStore
 
-    def die(self, manifest):
+    def die(self, manifest, **kw):
         os._exit(17)  # the process dies after the blobs, before the manifest and the record
 
     SnapshotStore.put_manifest = die
