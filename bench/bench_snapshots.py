@@ -40,6 +40,12 @@ def _tree(ws: Path) -> list[Path]:
     # Old, as every file here: a file modified within the last two seconds is hashed again by
     # each snapshot ("racy git"), which is not what this measures.
     os.utime(ws / ".gitignore", ns=(_OLD_NS, _OLD_NS))
+    # Directories too: a directory changed within the last two seconds is listed again by each
+    # scan (its listing is not trusted, ScanCache), and a workspace's directories are not all
+    # seconds old.  A turn that adds or removes a file lists that one directory again.
+    for d in range(DIRS):
+        os.utime(ws / f"pkg{d:03d}", ns=(_OLD_NS, _OLD_NS))
+    os.utime(ws, ns=(_OLD_NS, _OLD_NS))
     return paths
 
 

@@ -116,6 +116,7 @@ class ScanCache:
         self.manifest: SnapshotManifest | None = None  # the last scan's, and its directories
         self.groups: dict[str, dict[str, ManifestEntry | None]] = {}
         self.skip: dict[tuple[Path, Path | None], frozenset[str]] = {}
+        self.capped: dict[str, list[str]] = {}  # per directory, its files left out by a cap
 
 
 def _stamp(st: os.stat_result | None) -> tuple[int, int, int] | None:
@@ -129,22 +130,23 @@ def _lstat(path: str) -> os.stat_result | None:
         return None
 
 
-# One directory's regular files as the walk found them: (its path relative to the workspace,
-# "" for the top; the prefix of its files' paths; [(name, lstat)]).
-_Found = tuple[str, str, list[tuple[str, os.stat_result]]]
+# One directory as the walk found it: (its path relative to the workspace, "" for the top; the
+# prefix of its files' paths; its absolute path; the names of the files to lstat).
+_Found = tuple[str, str, str, list[str]]
 
 
 def _walk(workspace: Path, skip: frozenset[str], cache: ScanCache | None = None) -> list[_Found]:
-    """Every regular file under ``workspace`` not ignored by a ``.gitignore`` on its way,
+    """Every file name under ``workspace`` not ignored by a ``.gitignore`` on its way,
     directory by directory, in a stable order; directories in ``skip`` (relative paths) are not
-    entered."""
+    entered.  The files are not ``lstat``ed here: the scan does that once, beside the comparison
+    with the previous snapshot (the hot loop of a turn)."""
     out: list[_Found] = []
     specs: list[tuple[str, _Ignore]] = []
     now = time.time_ns()
     cached = cache.dirs if cache is not None else {}
     seen: dict[str, _Listing] = {}
     lstat = os.lstat
-    isreg, isdir = stat.S_ISREG, stat.S_ISDIR
+    isdir = stat.S_ISDIR
 
     def listing(path: str, rel: str, dst: os.stat_result, chain: tuple[object, ...]) -> _Listing:
         old = cached.get(rel)
@@ -202,15 +204,7 @@ def _walk(workspace: Path, skip: frozenset[str], cache: ScanCache | None = None)
             specs.append((rel, found.ignore))
             chain = (*chain, found.key[3] if len(found.key) > 3 else None)
         if found.files:
-            here: list[tuple[str, os.stat_result]] = []
-            for name in found.files:
-                try:
-                    st = lstat(f"{path}/{name}")
-                except OSError:
-                    continue
-                if isreg(st.st_mode):
-                    here.append((name, st))
-            out.append((rel[:-1], rel, here))
+            out.append((rel[:-1], rel, path, found.files))
         for name in found.subdirs:
             try:
                 st = lstat(f"{path}/{name}")
@@ -226,7 +220,6 @@ def _walk(workspace: Path, skip: frozenset[str], cache: ScanCache | None = None)
         visit(str(workspace), "", root, ())
     if cache is not None:
         cache.dirs = seen  # directories gone since are forgotten
-        cache.walked = sum(len(files) for _, _, files in out)
     return out
 
 
@@ -265,6 +258,8 @@ class _NeedsThread(Exception):
     """An inline scan met a file to read and hash: that part is never done on the event loop."""
 
 
+_ABSENT: Final = object()  # a name the previous scan did not have
+
 # A workspace whose last walk found at most this many files is scanned on the event loop: a few
 # hundred lstat calls cost less than a worker thread's round trip, and a turn's records then
 # leave in one burst instead of two (measured with bench_server).  Hashing always goes to a thread.
@@ -282,10 +277,8 @@ def _scan(
     inline: bool = False,
 ) -> ScanResult:
     now = time.time_ns()
-    files: dict[str, ManifestEntry] = {}
-    skipped: list[str] = []
     old = previous.files if previous is not None else {}
-    written = hashed = new_bytes = 0
+    written = hashed = new_bytes = walked = 0
     old_get = old.get
     max_file = settings.max_file_bytes
     known = cache.skip.get((workspace, exclude)) if cache is not None else None
@@ -293,59 +286,101 @@ def _scan(
     if cache is not None:  # two realpath()s: once per session
         cache.skip[(workspace, exclude)] = skip
     # The previous scan's directories (what the store's trees were made of), when ``previous``
-    # is that scan's manifest: a directory whose entries are all reused is passed on as the
-    # same object, and the store reuses its tree without comparing it again.
-    before = cache.groups if cache is not None and previous is cache.manifest else {}
+    # is that scan's manifest.  Then ``files`` starts as a copy of it: a directory whose entries
+    # are all the previous objects is left as it is there and passed on as the same group, which
+    # the store reuses without comparing it; only changed directories are rewritten.
+    before = (
+        cache.groups
+        if cache is not None and previous is not None and previous is cache.manifest
+        else None
+    )
+    files: dict[str, ManifestEntry] = dict(old) if before is not None else {}
     groups: dict[str, dict[str, ManifestEntry | None]] = {}
-    for d, prefix, found in _walk(workspace, skip, cache):
+    capped: dict[str, list[str]] = {}  # directory -> its files left out by a cap
+    was_capped = cache.capped if cache is not None and before is not None else {}
+    visited: set[str] = set()
+    lstat, isreg = os.lstat, stat.S_ISREG
+    for d, prefix, path, names in _walk(workspace, skip, cache):
+        visited.add(d)
+        walked += len(names)
+        prior_group = before.get(d) if before is not None else None
         group: dict[str, ManifestEntry | None] = {}
-        for name, st in found:
-            rel = prefix + name
-            size = st.st_size
-            if size > max_file:
-                skipped.append(rel)
-                group[name] = None
+        same = prior_group is not None
+        for name in names:
+            try:
+                st = lstat(f"{path}/{name}")
+            except OSError:
                 continue
-            prior = old_get(rel)
-            mode = st.st_mode & 0o7777
+            mode = st.st_mode
+            if not isreg(mode):
+                continue
+            prior = prior_group.get(name) if prior_group is not None else old_get(prefix + name)
+            mode &= 0o7777
             # The hot path (most files, every turn): size, mtime and mode as recorded -> the
             # entry is reused as it is.  A racy entry holds mtime 0, which no mtime equals.
             if (
                 prior is not None
                 and prior.mtime_ns == st.st_mtime_ns
-                and prior.size == size
+                and prior.size == st.st_size
                 and prior.mode == mode
             ):
-                files[rel] = group[name] = prior
+                group[name] = prior
                 continue
-            mtime = st.st_mtime_ns if now - st.st_mtime_ns > _RACY_NS else 0
-            if prior is not None and prior.size == size and prior.mtime_ns == st.st_mtime_ns:
-                files[rel] = group[name] = ManifestEntry(prior.hash, size, mode, mtime)
-                continue
-            if new_bytes + st.st_size > settings.max_snapshot_bytes:
-                skipped.append(rel)
-                group[name] = None
-                continue
-            if inline:
-                raise _NeedsThread
-            read = _hash_file(workspace / rel)
-            if read is None:  # vanished or unreadable between the walk and the read
-                continue
-            digest, data = read
-            hashed += 1
-            if store is not None and not store.has_blob(digest):
-                store.put_blob(data, digest)
-                written += 1
-                new_bytes += len(data)
-            files[rel] = group[name] = ManifestEntry(digest, len(data), mode, mtime)
-        old_group = before.get(d)
-        if old_group is not None and old_group == group:  # entries compared by identity first
-            group = old_group
+            entry: ManifestEntry | None
+            size = st.st_size
+            if size > max_file:
+                entry = None
+            else:
+                mtime = st.st_mtime_ns if now - st.st_mtime_ns > _RACY_NS else 0
+                if prior is not None and prior.size == size and prior.mtime_ns == st.st_mtime_ns:
+                    entry = ManifestEntry(prior.hash, size, mode, mtime)
+                elif new_bytes + size > settings.max_snapshot_bytes:
+                    entry = None
+                else:
+                    if inline:
+                        raise _NeedsThread
+                    read = _hash_file(workspace / (prefix + name))
+                    if read is None:  # vanished or unreadable between the walk and the read
+                        continue
+                    digest, data = read
+                    hashed += 1
+                    if store is not None and not store.has_blob(digest):
+                        store.put_blob(data, digest)
+                        written += 1
+                        new_bytes += len(data)
+                    entry = ManifestEntry(digest, len(data), mode, mtime)
+            group[name] = entry
+            if same and (prior_group is None or prior_group.get(name, _ABSENT) is not entry):
+                same = False
+        if same and prior_group is not None and len(group) == len(prior_group):
+            # Every entry is the previous object under the same name: ``files`` holds them.
+            group = prior_group
+            if d in was_capped:
+                capped[d] = was_capped[d]
+        else:
+            if prior_group is not None:
+                for name in prior_group:
+                    files.pop(prefix + name, None)
+            left_out = []
+            for name, entry in group.items():
+                if entry is None:
+                    left_out.append(name)
+                else:
+                    files[prefix + name] = entry
+            if left_out:
+                capped[d] = left_out
         if group:
             groups[d] = group
+    if before is not None:  # directories gone (removed, now ignored or emptied of files)
+        for d in before.keys() - visited:
+            prefix = f"{d}/" if d else ""
+            for name in before[d]:
+                files.pop(prefix + name, None)
+    skipped = [f"{d}/{name}" if d else name for d in groups if d in capped for name in capped[d]]
     manifest = SnapshotManifest(files=files, skipped=skipped)
     if cache is not None:
-        cache.manifest, cache.groups = manifest, groups
+        cache.manifest, cache.groups, cache.capped = manifest, groups, capped
+        cache.walked = walked
     return ScanResult(manifest=manifest, written=written, hashed=hashed, groups=groups)
 
 

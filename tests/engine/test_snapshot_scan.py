@@ -99,7 +99,9 @@ def test_r_snap_1_trees_made_from_reused_directories_equal_trees_made_afresh(
     tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, str, str, bytes]]
 ) -> None:
     """A session's scans hand the store their directories (unchanged ones as the same objects);
-    each snapshot id equals the id a new store gives the same manifest, and reads back whole."""
+    each snapshot id equals the id a new store gives the same manifest, and reads back whole.
+    The manifest itself, which the scan builds by rewriting only the directories that changed
+    since ``previous``, equals a fresh scan's: files, and the capped files in walk order."""
     base = tmp_path_factory.mktemp("snap")
     ws = base / "ws"
     ws.mkdir()
@@ -111,6 +113,7 @@ def test_r_snap_1_trees_made_from_reused_directories_equal_trees_made_afresh(
         _apply(ws, op)
         clock.age(ws)
         result = scan_workspace(ws, store, settings_, previous, cache=cache)
+        assert result.manifest == scan_workspace(ws, None, settings_).manifest, op
         snapshot_id = store.put_manifest(result.manifest, groups=result.groups)
         other = SnapshotStore(DataRoot(base / f"home{n}"), project="p", agent="a")
         assert other.put_manifest(scan_workspace(ws, other, settings_).manifest) == snapshot_id
@@ -144,6 +147,34 @@ def test_r_snap_1_a_trusted_listing_is_not_listed_again(
     (ws / "q" / "new.txt").write_text("new")
     assert "q/new.txt" in _scan(ws, cache)[0]  # just modified: listed again, not trusted
     assert listed == [str(ws / "q")]
+
+
+def test_r_snap_1_a_session_scan_rewrites_only_changed_directories(tmp_path: Path) -> None:
+    """With ``previous`` the cache's last manifest, unchanged directories keep their group
+    objects (the store's trees are reused) and still report their capped files; a changed,
+    emptied or removed directory is rewritten in the manifest."""
+    ws = tmp_path / "ws"
+    for d in ("big", "p", "q"):
+        (ws / d).mkdir(parents=True)
+        (ws / d / "f.txt").write_text(d)
+    (ws / "big" / "large.bin").write_bytes(b"x" * 100)
+    clock = _Clock()
+    clock.age(ws)
+    settings_ = SnapshotSettings(max_file_bytes=64)
+    cache = ScanCache()
+    first = scan_workspace(ws, None, settings_, cache=cache)
+    assert first.manifest.skipped == ["big/large.bin"]
+    (ws / "p" / "f.txt").write_text("changed")
+    shutil.rmtree(ws / "q")
+    clock.age(ws)
+    second = scan_workspace(ws, None, settings_, first.manifest, cache=cache)
+    assert second.groups is not None and first.groups is not None
+    assert second.groups["big"] is first.groups["big"]
+    assert second.groups["p"] is not first.groups["p"]
+    assert "q" not in second.groups
+    assert second.manifest == scan_workspace(ws, None, settings_).manifest
+    assert second.manifest.skipped == ["big/large.bin"]
+    assert sorted(second.manifest.files) == ["big/f.txt", "p/f.txt"]
 
 
 def test_r_snap_1_an_ancestor_gitignore_change_reaches_cached_subdirectories(
