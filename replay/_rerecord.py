@@ -200,11 +200,7 @@ class _LiveDriver:
         """Leave the session's files exactly as they stood at the crash."""
         assert self.snapshot is not None
         assert self.session is not None
-        for f in self.root.trace_files(self.session.id):
-            if f not in self.snapshot:
-                f.unlink()
-        for f, data in self.snapshot.items():
-            f.write_bytes(data)
+        g._restore_files(self.root, self.session.id, self.snapshot)
         self.snapshot = None
 
     def missing(self) -> list[str]:

@@ -1341,12 +1341,18 @@ class _Driver:
         """Leave the session's files exactly as they stood at the crash."""
         assert self.snapshot is not None
         assert self.session is not None
-        for f in self.root.trace_files(self.session.id):
-            if f not in self.snapshot:
-                f.unlink()
-        for f, data in self.snapshot.items():
-            f.write_bytes(data)
+        _restore_files(self.root, self.session.id, self.snapshot)
         self.snapshot = None
+
+
+def _restore_files(root: DataRoot, session_id: str, snapshot: Mapping[Path, bytes]) -> None:
+    """Put a session's trace files back to ``snapshot`` (path -> bytes, taken at a recorded
+    crash): files written since are removed, the others rewritten as they were."""
+    for f in root.trace_files(session_id):
+        if f not in snapshot:
+            f.unlink()
+    for f, data in snapshot.items():
+        f.write_bytes(data)
 
 
 def _pointer_gate(
