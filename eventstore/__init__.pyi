@@ -46,6 +46,10 @@ from ._layout import (
     SessionInfo as SessionInfo,
     validate_id as validate_id,
 )
+from ._listing import (
+    FileStat as FileStat,
+    SessionFiles as SessionFiles,
+)
 from ._lock import (
     LockProbe as LockProbe,
     lock_path_of as lock_path_of,

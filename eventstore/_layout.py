@@ -30,6 +30,7 @@ from ._dirs import make_private_dirs
 from ._discovery import OutsideCheck as _OutsideCheck
 from ._discovery import OutsideRootWarning
 from ._exceptions import ArchiveError
+from ._listing import Listed, SessionFiles, latest_stat, list_directory
 from ._lock import take_lock
 from ._names import parse_trace_name, trace_file_name
 from ._private import write_private
@@ -261,6 +262,62 @@ class DataRoot:
         infos.sort(key=lambda s: (s.created, s.session_id), reverse=True)
         return infos
 
+    def listing(
+        self, *, project: str | None = None, agent: str | None = None
+    ) -> list[SessionFiles]:
+        """Every session's trace files under the root (or the given project/agent) and the
+        stat of its latest file, in no particular order, opening no trace file: one directory
+        listing per ``traces/<date>`` directory and one ``stat`` per session.  What a host
+        keeping a projection of the traces compares with what it folded, to find the sessions
+        that changed; ``session_info`` then tells whether one is a session (``sessions()``
+        lists the same ones).  Rotated files below the latest are closed (R-TRACE-4): they are
+        named, not stat-ed.  Archived files are listed where they were, with their record's
+        size and mtime.  The symlink rule is ``sessions()``'s."""
+        check = _OutsideCheck(self.home.resolve(), skip=True)
+        grouped: dict[tuple[str, str, str], list[tuple[int, str, str, Listed]]] = {}
+        for proj, ag, date, directory in self._trace_dirs(project, agent, check):
+            for sid, files in list_directory(directory, check).items():
+                group = grouped.setdefault((proj, ag, sid), [])
+                group += [(listed[0], date, listed[1], listed) for listed in files]
+        out: list[SessionFiles] = []
+        for (proj, ag, sid), entries in grouped.items():
+            if len(entries) > 1:
+                entries.sort(key=lambda e: e[:3])
+            out.append(
+                SessionFiles(
+                    proj, ag, sid, tuple(e[2] for e in entries), latest_stat(entries[-1][3])
+                )
+            )
+        return out
+
+    def session_info(self, listed: SessionFiles, *, fetch: bool = True) -> SessionInfo | None:
+        """The ``SessionInfo`` that ``sessions(fetch=fetch)`` lists for a session of
+        ``listing()``, or ``None`` when none of its files holds a ``session_meta`` (R-ROOT-10;
+        reads only the first lines).  With ``fetch``, archived files are fetched back first
+        (one that cannot be is left out, with an ``ArchiveWarning``)."""
+        files = [Path(p) for p in listed.files]
+        if fetch and not all(f.exists() for f in files):
+            try:
+                files = self.trace_files(
+                    listed.session_id, project=listed.project, agent=listed.agent
+                )
+            except ArchiveError as exc:
+                warnings.warn(f"skipped {listed.session_id}: {exc}", ArchiveWarning, stacklevel=2)
+                files = [f for f in files if f.exists()]
+            except FileNotFoundError:
+                return None
+            if not files:
+                return None
+        if not any(_peek(f, want="session_meta") or (not fetch and not f.exists()) for f in files):
+            return None
+        return SessionInfo(
+            listed.session_id,
+            listed.project,
+            listed.agent,
+            _created(listed.session_id, files[0]),
+            files,
+        )
+
     def latest_session(
         self, project: str = DEFAULT_PROJECT, agent: str = DEFAULT_AGENT
     ) -> str | None:
@@ -401,8 +458,40 @@ class DataRoot:
         files as if they had never left; one that cannot be fetched raises ``ArchiveError``
         (with ``skip_outside``, a listing: an ``ArchiveWarning``).  ``archived="list"`` yields
         such files without fetching them, ``"skip"`` leaves them out (the local files only)."""
-        root = self.home.resolve()
-        check = _OutsideCheck(root, skip=skip_outside)
+        check = _OutsideCheck(self.home.resolve(), skip=skip_outside)
+        for proj, ag, date, directory in self._trace_dirs(project, agent, check):
+            checked = False
+            entries = self._files(directory)
+            for name, path, link in entries:
+                parsed = parse_trace_name(name)
+                if parsed is None or session_id not in (None, parsed[0]):
+                    continue
+                # The directory resolves under the root once; a file in it that is not a
+                # symlink is then under the root too (resolving every file of a long session
+                # dominated finding it).
+                if not checked:
+                    if not check(directory):
+                        break
+                    checked = True
+                if link and not check(path):
+                    continue
+                yield proj, ag, date, parsed[0], parsed[1], path
+            if archived != "skip":
+                for sid, path in self._archived(
+                    directory,
+                    entries,
+                    session_id,
+                    check,
+                    skip=skip_outside,
+                    fetch=archived == "fetch",
+                ):
+                    yield proj, ag, date, sid, file_index(path) or 0, path
+
+    def _trace_dirs(
+        self, project: str | None, agent: str | None, check: _OutsideCheck
+    ) -> Iterator[tuple[str, str, str, Path]]:
+        """``(project, agent, date, directory)`` of every ``traces/<date>`` directory (of the
+        given project/agent), sorted; symlinked levels follow ``check``."""
         projects = (
             [validate_id(project, what="project")]
             if project is not None
@@ -418,33 +507,7 @@ class DataRoot:
             for ag in agents:
                 traces = agents_dir / ag / "traces"
                 for date in self._dirs(traces, check):
-                    directory = traces / date
-                    checked = False
-                    entries = self._files(directory)
-                    for name, path, link in entries:
-                        parsed = parse_trace_name(name)
-                        if parsed is None or session_id not in (None, parsed[0]):
-                            continue
-                        # The directory resolves under the root once; a file in it that is not
-                        # a symlink is then under the root too (resolving every file of a
-                        # long session dominated finding it).
-                        if not checked:
-                            if not check(directory):
-                                break
-                            checked = True
-                        if link and not check(path):
-                            continue
-                        yield proj, ag, date, parsed[0], parsed[1], path
-                    if archived != "skip":
-                        for sid, path in self._archived(
-                            directory,
-                            entries,
-                            session_id,
-                            check,
-                            skip=skip_outside,
-                            fetch=archived == "fetch",
-                        ):
-                            yield proj, ag, date, sid, file_index(path) or 0, path
+                    yield proj, ag, date, traces / date
 
     def _archived(
         self,

@@ -2,9 +2,10 @@
 
 Owns: deciding, per session, whether its files only grew since their checkpoints (then the
 fold continues from each file's offset, ordinal and line with the store's positioned read,
-``eventstore.tail``) or were truncated, replaced (another inode, or other bytes where the
-checkpoint's head hash was taken), deleted or reordered (then the session is folded again from
-its files); skipping crash residue (R-ROOT-10: a file without a ``session_meta``, or past the
+``eventstore.tail``) or were truncated, replaced (another inode), written again (the same size
+with another mtime or ctime, or other bytes at the start or just before the checkpoint: its hash),
+deleted or reordered (then the session is folded again from its files); skipping
+crash residue (R-ROOT-10: a file without a ``session_meta``, or past the
 first holding nothing but its rotation head — never folded, read again when it grows); and
 writing the session's rows in one ``BEGIN IMMEDIATE`` transaction, inside which the checkpoints
 are read, so two processes never fold the same bytes twice.  Does not: decide what a record
@@ -59,12 +60,19 @@ def _checkpoints(db: sqlite3.Connection, skey: str) -> dict[str, Checkpoint]:
     out: dict[str, Checkpoint] = {}
     for row in db.execute(
         "SELECT path, file, size, mtime_ns, inode, offset, ordinal, line, head, residue, "
-        "unterminated FROM files WHERE skey = ?",
+        "unterminated, ctime_ns FROM files WHERE skey = ?",
         (skey,),
     ):
-        path, file, size, mtime, ino, offset, ordinal, line, head, residue, unterm = row
+        path, file, size, mtime, ino, offset, ordinal, line, head, residue, unterm, ctime = row
         out[path] = Checkpoint(
-            file, Stat(size, mtime, ino), offset, ordinal, line, head, bool(residue), bool(unterm)
+            file,
+            Stat(size, mtime, ino, ctime),
+            offset,
+            ordinal,
+            line,
+            head,
+            bool(residue),
+            bool(unterm),
         )
     return out
 
@@ -80,6 +88,10 @@ def _continues(
         st = stats[path]
         if st is None or st.inode != cp.stat.inode or st.size < cp.offset:
             return False  # deleted, replaced or truncated
+        if st.size == cp.stat.size and st != cp.stat:
+            # Written again in place (the mtime, or the ctime that no one can set back): an
+            # append grows a file.
+            return False
         if st != cp.stat and not cp.residue and head_hash(Path(path), cp.offset) != cp.head:
             return False  # rewritten in place
     return True
@@ -155,7 +167,7 @@ def _catch_up_locked(db: sqlite3.Connection, info: SessionInfo, skey: str) -> bo
             read = tail(f, cp.offset, ordinal=cp.ordinal, line=cp.line)
         except OSError as exc:
             error = f"{path}: {exc.strerror or exc}"
-            checkpoints.append(_row(skey, path, index, Stat(-1, -1, -1), cp))
+            checkpoints.append(_row(skey, path, index, Stat(-1, -1, -1, -1), cp))
             continue
         records = read.records
         if cp.residue and not _settled(records, index):
@@ -224,6 +236,7 @@ def _row(skey: str, path: str, index: int, st: Stat, cp: Checkpoint) -> tuple[An
         cp.head,
         int(cp.residue),
         int(cp.unterminated),
+        st.ctime_ns,
     )
 
 
@@ -286,7 +299,7 @@ def _write(
         fold.encode(),
     )
     db.execute(f"INSERT OR REPLACE INTO sessions VALUES ({','.join('?' * len(row))})", row)
-    db.executemany("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", checkpoints)
+    db.executemany("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", checkpoints)
     # The checkpoints of files the session no longer has (a fold from the start).
     db.execute(
         f"DELETE FROM files WHERE skey = ? AND path NOT IN ({','.join('?' * len(checkpoints))})",

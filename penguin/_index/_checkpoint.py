@@ -1,26 +1,25 @@
 """A trace file's checkpoint in the index, and the cheap test that a session did not change.
 
-Owns: the session key, a file's ``Stat`` (size, mtime, inode), the head hash, ``Checkpoint``
-(where the fold of a file stopped) and ``unchanged`` (every file has its checkpoint's stat: no
-read, no fold).  Imports nothing of the library layers.  Does not: fold or write (``_catchup``).
+Owns: the session key, a file's ``Stat`` (size, mtime, inode, ctime), the head hash, ``Checkpoint``
+(where the fold of a file stopped) and ``unchanged`` (a session of ``DataRoot.listing()`` has the
+files its checkpoints name and its latest file their stat: no read, no fold).  Imports nothing of the library layers.  Does not: fold or write (``_catchup``).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Any, Final
 
-from eventstore import SessionInfo
-
-if TYPE_CHECKING:
-    from eventstore.archive import ArchivedFile
+from eventstore import SessionFiles
 
 __all__ = ["HEAD_BYTES", "Checkpoint", "Stat", "head_hash", "session_key", "stat", "unchanged"]
 
-#: The checkpoint's head hash covers this many bytes (or the folded bytes, if fewer): a file
-#: rewritten in place with other bytes there is folded again.
+#: The checkpoint's hash covers this many bytes at the start of a file and as many before the
+#: checkpoint (or the folded bytes, if fewer): a file rewritten with other bytes there is folded
+#: again.
 HEAD_BYTES: Final = 4096
 
 
@@ -34,6 +33,7 @@ class Stat:
     size: int
     mtime_ns: int
     inode: int
+    ctime_ns: int
 
 
 @dataclass(slots=True)
@@ -53,38 +53,41 @@ def stat(path: Path) -> Stat | None:
         st = path.stat()
     except OSError:
         return None
-    return Stat(st.st_size, st.st_mtime_ns, st.st_ino)
+    return Stat(st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
 
 
 def head_hash(path: Path, upto: int) -> bytes:
-    """The hash of the first ``min(upto, HEAD_BYTES)`` bytes of ``path`` (b"" when unreadable)."""
+    """The hash of the first and of the last ``HEAD_BYTES`` of the first ``upto`` bytes of
+    ``path`` (b"" when unreadable): the start says whether the file is still the one folded,
+    the bytes just before the checkpoint whether a file cut short and written again past it
+    still holds what was folded there."""
     try:
         with open(path, "rb") as f:
-            return hashlib.sha256(f.read(min(upto, HEAD_BYTES))).digest()
+            digest = hashlib.sha256(f.read(min(upto, HEAD_BYTES)))
+            if upto > HEAD_BYTES:
+                f.seek(max(HEAD_BYTES, upto - HEAD_BYTES))
+                digest.update(f.read(upto - f.tell()))
+            return digest.digest()
     except OSError:
         return b""
 
 
-def unchanged(info: SessionInfo, known: dict[str, tuple[int, int, int]]) -> bool:
-    """Whether every file of the session has its checkpoint's size, mtime and inode (and no
-    file came or went): the cheap test a refresh makes before taking the write lock."""
-    if len(known) != len(info.files):
+def unchanged(listed: SessionFiles, known: Mapping[str, tuple[Any, ...]], count: int) -> bool:
+    """Whether the session's files are the ones its ``count`` checkpoints name and its latest
+    file has its checkpoint's size, mtime, inode and ctime (``known``: the ``files`` rows by
+    path, from ``SELECT path, skey, size, mtime_ns, inode, ctime_ns``) —
+    the cheap test a refresh makes before taking the write lock.  A file away in an archive
+    (``penguin archive``) compares its record's size and mtime: its inode left with it."""
+    files = listed.files
+    if count != len(files) or listed.latest is None:
         return False
-    for f in info.files:
-        seen = known.get(str(f))
-        st = stat(f)
-        if st is None and seen is not None:
-            # Archived to object storage (``penguin archive``): unchanged when the record says
-            # the file that left is the one indexed (its inode is gone with it).
-            entry = _archived_entry(f)
-            if entry is not None and (entry.size, entry.mtime_ns) == seen[:2]:
-                continue
-        if seen is None or st is None or seen != (st.size, st.mtime_ns, st.inode):
+    for path in files[:-1]:
+        if path not in known:
             return False
-    return True
-
-
-def _archived_entry(path: Path) -> ArchivedFile | None:
-    from eventstore.archive import archived_entry
-
-    return archived_entry(path)
+    row = known.get(files[-1])
+    if row is None:
+        return False
+    size, mtime_ns, inode, ctime_ns = listed.latest
+    if inode is None:
+        return bool(row[2] == size and row[3] == mtime_ns)
+    return bool(row[2] == size and row[3] == mtime_ns and row[4] == inode and row[5] == ctime_ns)

@@ -16,6 +16,7 @@ import json
 import sqlite3
 import threading
 import warnings
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -130,25 +131,33 @@ class Index:
 
     def refresh(self, *, project: str | None = None, agent: str | None = None) -> list[str]:
         """Catch up every session (of ``project``/``agent``) whose files changed, and drop the
-        rows of sessions whose files are gone; returns the ids whose rows changed."""
+        rows of sessions whose files are gone; returns the ids whose rows changed.
+
+        Which sessions changed comes from ``DataRoot.listing()`` — one directory listing per
+        date directory and one ``stat`` per session — compared with the checkpoints: a session
+        whose file names are the ones folded and whose latest file has its checkpoint's size,
+        mtime, inode and ctime is not opened.  Rotated files below the latest are closed (R-TRACE-4):
+        one rewritten in place is noticed only when the session's latest file changes."""
         with self._refreshing:
-            # Archived files are not fetched to be compared: their records say whether they
-            # are the files indexed; a session that needs catching up is fetched below.
-            infos = self.root.sessions(project=project, agent=agent, fetch=False)
-            known: dict[str, dict[str, tuple[int, int, int]]] = {}
+            listed = self.root.listing(project=project, agent=agent)
             with self._read_lock:
-                for skey, path, size, mtime, ino in self._reader.execute(
-                    "SELECT skey, path, size, mtime_ns, inode FROM files"
-                ):
-                    known.setdefault(skey, {})[path] = (size, mtime, ino)
-            changed: list[str] = []
+                rows = self._reader.execute(
+                    "SELECT path, skey, size, mtime_ns, inode, ctime_ns FROM files"
+                ).fetchall()
+            known: dict[str, tuple[Any, ...]] = {r[0]: r for r in rows}
+            counts = Counter(r[1] for r in rows)
             walked: set[str] = set()
             todo: list[SessionInfo] = []
-            for info in infos:
-                skey = session_key(info.project, info.agent, info.session_id)
+            for entry in listed:
+                skey = session_key(entry.project, entry.agent, entry.session_id)
                 walked.add(skey)
-                if not unchanged(info, known.get(skey, {})):
-                    todo.append(info)
+                if not unchanged(entry, known, counts.get(skey, 0)):
+                    # Archived files are not fetched to be compared: their records say whether
+                    # they are the files indexed; a session to catch up is fetched below.
+                    info = self.root.session_info(entry, fetch=False)
+                    if info is not None:
+                        todo.append(info)
+            changed: list[str] = []
             if todo:
                 # Only now the folds (and the projections they need) are loaded: a listing of
                 # an unchanged root reads the index alone.
@@ -158,7 +167,9 @@ class Index:
                 with self._write_lock:
                     check_shape(self._writer)
                     changed += catch_up(self._writer, todo)
-            changed += self._drop_gone(walked, project, agent)
+            scope = _prefix(project, agent)
+            gone = [k for k in counts if k not in walked and k.startswith(scope)]
+            changed += self._drop_gone(gone)
             return changed
 
     def _present(self, info: SessionInfo) -> SessionInfo | None:
@@ -179,14 +190,10 @@ class Index:
             return None
         return dataclasses.replace(info, files=files)
 
-    def _drop_gone(self, walked: set[str], project: str | None, agent: str | None) -> list[str]:
-        clauses, args = _scope(project, agent)
-        with self._read_lock:
-            rows = self._reader.execute(f"SELECT skey, id FROM sessions {clauses}", args).fetchall()
+    def _drop_gone(self, skeys: list[str]) -> list[str]:
+        """Remove the rows of the sessions ``skeys`` whose files are all gone; their ids."""
         gone: list[str] = []
-        for skey, sid in rows:
-            if skey in walked:
-                continue
+        for skey in skeys:
             with self._write_lock:
                 db = self._writer
                 db.execute("BEGIN IMMEDIATE")
@@ -196,11 +203,11 @@ class Index:
                     ]
                     # Another process may have indexed it after this walk: only files that are
                     # really gone remove a session.
-                    if not any(Path(p).exists() for p in paths):
+                    if paths and not any(Path(p).exists() for p in paths):
                         from ._catchup import delete_session
 
                         delete_session(db, skey)
-                        gone.append(sid)
+                        gone.append(skey.rpartition("/")[2])
                     db.execute("COMMIT")
                 except BaseException:
                     db.execute("ROLLBACK")
@@ -403,6 +410,13 @@ def _listed(row: tuple[Any, ...], files: list[tuple[str, bool, bool, int]]) -> I
         error=error,
         unterminated=[(Path(p), n + 1) for p, r, u, n in files if u and not r],
     )
+
+
+def _prefix(project: str | None, agent: str | None) -> str:
+    """The start of the session keys of ``project``/``agent`` (``session_key``)."""
+    if project is None:
+        return ""
+    return f"{project}/" if agent is None else f"{project}/{agent}/"
 
 
 def _scope(project: str | None, agent: str | None) -> tuple[str, list[str]]:

@@ -1,7 +1,7 @@
 """The index database: its tables, its version, and how a connection is opened.
 
 Owns: the DDL of ``<home>/index.sqlite3`` — ``files`` (a checkpoint per trace file: the byte
-offset, ordinal and line folded so far, and the size, mtime, inode and head hash that say
+offset, ordinal and line folded so far, and the size, mtime, inode, ctime and hash that say
 whether the file only grew), ``sessions`` (one row per session, with its encoded fold),
 ``usage``, ``errors``, ``docs`` + ``fts`` (the FTS5 full-text index) — and opening a
 connection in WAL mode with a busy timeout, so a CLI and a server can write at once.  An index
@@ -22,7 +22,8 @@ __all__ = ["BUSY_TIMEOUT_MS", "connect", "fts5_available"]
 #: How long a writer waits for another process's transaction (each is one session's catch-up).
 BUSY_TIMEOUT_MS: Final = 30_000
 
-_VERSION: Final = 4  # 2 and 3 were the server's own index; 4 is the shared one
+# 2 and 3 were the server's own index; 4 the shared one; 5 checkpoints a file's ctime too.
+_VERSION: Final = 5
 
 _TABLES: Final = ("meta", "files", "sessions", "usage", "errors", "docs", "fts")
 
@@ -32,7 +33,7 @@ CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, skey TEXT NOT NULL,
     file INTEGER NOT NULL, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,
     inode INTEGER NOT NULL, offset INTEGER NOT NULL, ordinal INTEGER NOT NULL,
     line INTEGER NOT NULL, head BLOB NOT NULL, residue INTEGER NOT NULL,
-    unterminated INTEGER NOT NULL);
+    unterminated INTEGER NOT NULL, ctime_ns INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS files_skey ON files(skey);
 CREATE TABLE IF NOT EXISTS sessions (skey TEXT PRIMARY KEY, id TEXT NOT NULL, project TEXT,
     agent TEXT, created TEXT, files INTEGER, records INTEGER, turns INTEGER,

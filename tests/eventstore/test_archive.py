@@ -15,7 +15,7 @@ import pytest
 import s3fs  # type: ignore[import-untyped]
 from s3kit import BUCKET, SECRET_KEY, CuttingProxy, S3Server, s3_env
 
-from eventstore import DataRoot, SessionLocked, TraceWriter, read_trace
+from eventstore import DataRoot, FileStat, SessionLocked, TraceWriter, read_trace
 from eventstore.archive import (
     ArchiveError,
     ArchiveWarning,
@@ -97,6 +97,12 @@ def test_archive_uploads_verifies_records_and_removes_r_root_9(
     assert away.files == files and not any(f.exists() for f in files)
     entry = archived_entry(files[0])
     assert entry is not None and entry.mtime_ns == mtimes[files[0].name]
+    # The cheap listing too: the latest file's stat is its record's (no inode, no ctime).
+    (listed,) = root.listing()
+    last = archived_entry(files[-1])
+    assert last is not None and listed.files == tuple(str(f) for f in files)
+    assert listed.latest == FileStat(last.size, last.mtime_ns, None, None)
+    assert root.session_info(listed, fetch=False) == away
 
     # Every reader of the root gets the files back, byte for byte, with their times.
     (info,) = root.sessions()

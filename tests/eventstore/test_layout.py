@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from eventstore import DataRoot, OmniMessage, SessionInfo, encode, encode_line, validate_id
+from eventstore import (
+    DataRoot,
+    FileStat,
+    OmniMessage,
+    SessionInfo,
+    encode,
+    encode_line,
+    validate_id,
+)
 from eventstore import builders as b
 
 TS = "2026-07-18T03:10:22.531Z"
@@ -300,6 +308,36 @@ def test_sessions_lists_newest_first_with_files(root: DataRoot) -> None:
     assert [s.session_id for s in root.sessions(project="p1")] == [old]
     assert [s.session_id for s in root.sessions(agent="a2")] == [new]
     assert root.sessions(project="nobody") == []
+
+
+def test_listing_names_every_session_and_stats_its_latest_file(root: DataRoot) -> None:
+    """``listing()`` opens no trace file: it lists residue too (``session_info`` tells), and
+    ``session_info`` of each gives what ``sessions()`` lists."""
+    old = "session-2026-07-01-08-00-00-00000001"
+    new = "session-2026-07-18-08-00-00-00000002"
+    torn = "session-2026-07-19-00-00-00-00000009"
+    a = session(root, old, project="p1", agent="a1")
+    b1 = put(root, new, 1, meta(new), project="p2", agent="a2")
+    b2 = put(root, new, 2, meta(new), b.user_text("x", timestamp=TS), project="p2", agent="a2")
+    b10 = put(root, new, 10, meta(new), project="p2", agent="a2")  # sorted by index, not name
+    (b1.parent / f"{new}.lock").write_text("1")
+    put(root, torn, 1, b'{"torn')
+    foreign = session(root, "imported_1")
+    listed = sorted(root.listing(), key=lambda s: s.session_id)
+    assert [(s.project, s.agent, s.session_id, s.files) for s in listed] == [
+        ("default_project", "default_agent", "imported_1", (str(foreign),)),
+        ("p1", "a1", old, (str(a),)),
+        ("p2", "a2", new, (str(b1), str(b2), str(b10))),
+        ("default_project", "default_agent", torn, (str(root.trace_files(torn)[0]),)),
+    ]
+    st = b10.stat()
+    assert listed[2].latest == FileStat(st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+    infos = [root.session_info(s) for s in listed]
+    assert infos[3] is None  # no session_meta in any file (R-ROOT-10)
+    assert sorted(infos[:3], key=lambda i: i.session_id) == sorted(  # type: ignore[union-attr]
+        root.sessions(), key=lambda i: i.session_id
+    )
+    assert [s.session_id for s in root.listing(project="p2", agent="a2")] == [new]
 
 
 def test_sessions_skips_sessions_without_session_meta(root: DataRoot) -> None:

@@ -42,6 +42,9 @@ def _discovered(home: Path) -> dict[str, Any]:
         warnings.simplefilter("always")
         found: dict[str, Any] = {
             "sessions": sorted(s.session_id for s in root.sessions()),
+            "listing": sorted(
+                s.session_id for e in root.listing() if (s := root.session_info(e)) is not None
+            ),
             "latest": root.latest_session(),
             "search": find_trace_files(home),
             "validate": sorted({f.path for f in validate_paths([home])}),
@@ -72,7 +75,7 @@ def test_links_that_stay_inside_are_followed_everywhere(tmp_path: Path) -> None:
     assert root.session_files(sid(2)) == ([file_link], file_link)
 
     found = _discovered(home)
-    assert found["sessions"] == [sid(1), sid(2), sid(3)]
+    assert found["sessions"] == found["listing"] == [sid(1), sid(2), sid(3)]
     assert found["latest"] == sid(3)
     # The search from the root meets each file once, by its first path in sorted order: the
     # linked directory repeats archive/, the linked file repeats store/.
@@ -105,7 +108,7 @@ def test_links_that_lead_outside_are_refused_everywhere(tmp_path: Path) -> None:
             root.trace_files(sid(n))
 
     found = _discovered(home)
-    assert found["sessions"] == [sid(1)] and found["latest"] == sid(1)
+    assert found["sessions"] == found["listing"] == [sid(1)] and found["latest"] == sid(1)
     assert [p.name for p in found["search"]] == [f"{sid(1)}_001.jsonl"]
     assert found["validate"] == found["search"]
     # Each path says which link it left out.

@@ -195,10 +195,10 @@ def test_a_session_deleted_during_a_refresh_is_not_an_error(tmp_path: Path) -> N
     other = sid_of(8)
     _write(trace_file(home, sid=other), session_records(other, 0))
     root = DataRoot(home)
-    walked = root.sessions(fetch=False)
+    walked = root.listing()
 
     class DeletingRoot(DataRoot):
-        def sessions(self, *args: Any, **kwargs: Any) -> Any:
+        def listing(self, *args: Any, **kwargs: Any) -> Any:
             # The walk as it was; the other session's files removed right after it.
             trace_file(home, sid=other).unlink()
             return walked
@@ -287,6 +287,115 @@ def test_an_index_that_cannot_be_opened_is_kept_in_memory(tmp_path: Path) -> Non
         assert index.path is None
         index.refresh()
         assert [h.session_id for h in index.search("parser")] == [SID]
+
+
+# --------------------------------------------------------------------------- the warm check
+
+
+class CountingRoot(DataRoot):
+    """A root that counts the sessions a refresh looks into (``session_info`` peeks at their
+    first lines; an unchanged session is decided from the listing's stat alone)."""
+
+    looked: list[str]
+
+    def session_info(self, listed: Any, *, fetch: bool = True) -> Any:
+        self.looked.append(listed.session_id)
+        return super().session_info(listed, fetch=fetch)
+
+
+def test_unchanged_sessions_are_not_opened(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    sids = [sid_of(n) for n in range(3)]
+    for sid in sids:
+        _write(trace_file(home, sid=sid), session_records(sid, 1))
+    root = CountingRoot(home)
+    root.looked = []
+    with Index(root) as index:
+        assert sorted(index.refresh()) == sorted(sids)
+        assert sorted(root.looked) == sorted(sids)
+        root.looked.clear()
+        assert index.refresh() == [] and root.looked == []
+        with trace_file(home, sid=sids[1]).open("ab") as f:
+            f.write(encode_line(b.user_text("one more: kestrel")))
+        assert index.refresh() == [sids[1]] and root.looked == [sids[1]]
+        assert [h.session_id for h in index.search("kestrel")] == [sids[1]]
+    assert indexed(home) == fresh(home)
+
+
+def _big(sid: str, word: str) -> bytes:
+    """A session longer than the hashed head (HEAD_BYTES), ``word`` in its last turn."""
+    return b"".join(encode_line(r) for r in [*session_records(sid, 40), *turn(f"end {word}")])
+
+
+def test_a_same_size_rewrite_is_noticed_where_it_can_be(tmp_path: Path) -> None:
+    """Rewrites the size alone would miss: the same size in another file (its mtime set back:
+    the inode differs), the same size written in place between the hashed start and end (the
+    mtime differs), a file cut short and written again past its checkpoint (the bytes just
+    before the checkpoint differ), and the same size written in place with its mtime set back
+    (the ctime differs)."""
+    home = tmp_path / "home"
+    path = trace_file(home)
+    data = _big(SID, "walrus")
+    assert len(data) > 3 * 4096
+    path.write_bytes(data)
+    assert _search(home, "walrus") == [SID]
+    # 1. Replaced by a file of the same size, its mtime set to the old one's.
+    before = path.stat()
+    other = path.with_name("tmp.part")
+    other.write_bytes(data.replace(b"end walrus", b"end narwal"))
+    os.utime(other, ns=(before.st_atime_ns, before.st_mtime_ns))
+    os.replace(other, path)
+    assert path.stat().st_size == before.st_size
+    assert _search(home, "walrus") == [] and _search(home, "narwal") == [SID]
+    assert indexed(home) == fresh(home)
+    # 2. The same size written in place, between the hashed start and end.
+    now = path.read_bytes()
+    assert 4096 < now.index(b"needle20") < now.rindex(b"needle20") < len(now) - 4096
+    with path.open("r+b") as f:
+        f.write(now.replace(b"needle20", b"dugong20"))
+    assert _search(home, "needle20") == [] and _search(home, "dugong20") == [SID]
+    assert indexed(home) == fresh(home)
+    # 3. Cut short and written again, longer than before: the start is the same.
+    now = path.read_bytes()
+    keep = now[: now.index(b"\n", len(now) - 3000) + 1]
+    again = keep + b"".join(encode_line(r) for r in turn("x" * 6000 + " manatee"))
+    assert len(again) > len(now)
+    with path.open("r+b") as f:
+        f.truncate(len(keep))
+        f.seek(len(keep))
+        f.write(again[len(keep) :])
+    assert _search(home, "dugong") == [] and _search(home, "manatee") == [SID]
+    assert indexed(home) == fresh(home)
+    # 4. The same size written in place with its mtime set back: the ctime cannot be.
+    before = path.stat()
+    with path.open("r+b") as f:
+        f.write(path.read_bytes().replace(b"manatee", b"sirenia"))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    assert _search(home, "manatee") == [] and _search(home, "sirenia") == [SID]
+    assert indexed(home) == fresh(home)
+
+
+def test_a_changed_closed_file_is_seen_when_its_session_changes(tmp_path: Path) -> None:
+    """What the warm check cannot see: a rotated file below the latest one is closed
+    (R-TRACE-4) and not stat-ed, so one changed while the latest file is not goes unnoticed.
+    It is noticed once the latest file changes (every file is compared then), or when the
+    index is deleted and rebuilt."""
+    home = tmp_path / "home"
+    first, second = trace_file(home, 1), trace_file(home, 2)
+    first.write_bytes(_big(SID, "walrus"))
+    _write(second, [meta(SID), b.user_text("second file octopus"), *turn("ok")])
+    assert _search(home, "walrus") == [SID]
+    first.write_bytes(first.read_bytes().replace(b"end walrus", b"end seaelk"))
+    assert _search(home, "walrus") == [SID] and _search(home, "seaelk") == []
+    rebuilt = tmp_path / "rebuilt.sqlite3"
+    with Index(DataRoot(home), rebuilt) as index:
+        index.refresh()
+    assert _search_db(rebuilt, home, "seaelk") == [SID]
+    with second.open("ab") as f:
+        f.write(encode_line(b.user_text("and one more")))
+    assert _search(home, "walrus") == [] and _search(home, "seaelk") == [SID]
+    assert indexed(home) == fresh(home)
 
 
 # --------------------------------------------------------------------------- two writers
