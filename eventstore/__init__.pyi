@@ -55,6 +55,9 @@ from ._lock import (
     lock_path_of as lock_path_of,
     probe_lock as probe_lock,
 )
+from ._marks import (
+    mark_archived as mark_archived,
+)
 from ._names import (
     parse_trace_name as parse_trace_name,
     trace_file_name as trace_file_name,
@@ -76,6 +79,7 @@ from ._schema import (
     EVENT_PAYLOAD_TYPES as EVENT_PAYLOAD_TYPES,
     EXTRA_WIRE_NAME as EXTRA_WIRE_NAME,
     HEAD_EVENT_TYPES as HEAD_EVENT_TYPES,
+    HOST_EVENT_TYPES as HOST_EVENT_TYPES,
     MODEL_PAYLOAD_TAGS as MODEL_PAYLOAD_TAGS,
     MODEL_PAYLOAD_TYPES as MODEL_PAYLOAD_TYPES,
     PARTIAL_PAYLOAD_TYPES as PARTIAL_PAYLOAD_TYPES,
@@ -103,6 +107,7 @@ from ._schema import (
     Payload as Payload,
     RequestBeginPayload as RequestBeginPayload,
     RequestEndPayload as RequestEndPayload,
+    SessionArchivedPayload as SessionArchivedPayload,
     SessionMetaPayload as SessionMetaPayload,
     SettingsPayload as SettingsPayload,
     StopReason as StopReason,

@@ -33,6 +33,7 @@ __all__ = [
     "EventPayload",
     "EventType",
     "HEAD_EVENT_TYPES",
+    "HOST_EVENT_TYPES",
     "GoalFinishedPayload",
     "ImageUrlPayload",
     "InlineDataPayload",
@@ -50,6 +51,7 @@ __all__ = [
     "RequestEndPayload",
     "Role",
     "Sender",
+    "SessionArchivedPayload",
     "SessionMetaPayload",
     "SettingsPayload",
     "StopReason",
@@ -346,6 +348,16 @@ class SettingsPayload(_Payload, tag="settings", kw_only=True, frozen=True):
     mcp: dict[str, Any] | None = None
 
 
+class SessionArchivedPayload(_Payload, tag="session_archived", kw_only=True, frozen=True):
+    """A host's mark on the session, written outside its runs (Web App "Archive", ``penguin
+    sessions --archive``): ``archived`` is true to hide the session from the default listing,
+    false to show it again; the last one wins.  Not model context, not part of any run: every
+    projection of the conversation skips it (``HOST_EVENT_TYPES``).  Not ``penguin archive``,
+    which moves closed trace files to object storage."""
+
+    archived: bool
+
+
 # --------------------------------------------------------------------------- session_meta, unknown
 
 
@@ -409,6 +421,7 @@ EventPayload: TypeAlias = (
     | GoalFinishedPayload
     | WorkspaceSnapshotPayload
     | SettingsPayload
+    | SessionArchivedPayload
 )
 Payload: TypeAlias = ModelPayload | EventPayload | SessionMetaPayload | UnknownPayload
 
@@ -446,6 +459,7 @@ EVENT_PAYLOAD_TYPES: Final[tuple[type[_Payload], ...]] = (
     GoalFinishedPayload,
     WorkspaceSnapshotPayload,
     SettingsPayload,
+    SessionArchivedPayload,
 )
 
 
@@ -453,6 +467,12 @@ HEAD_EVENT_TYPES: Final[tuple[type[_Payload], ...]] = (ToolListReadyPayload, Set
 """The events a rotation writes after ``session_meta`` at a new file's head (R-TRACE-8,
 R-SET-2c): a file that holds nothing else is crash residue (R-ROOT-10), and they do not start
 a new context (R-PROJ-1)."""
+
+HOST_EVENT_TYPES: Final[tuple[type[_Payload], ...]] = (SessionArchivedPayload,)
+"""Marks a host writes on a session between its runs (``session_archived``): no part of the
+conversation, of a run or of a file's shape.  The projections of the session (state, status,
+context, file summaries) skip them as they skip partials, so a trace folds to the same state
+with or without them; only the projection that reads the mark looks at them."""
 
 
 def _tag(cls: type[_Payload]) -> str:

@@ -36,6 +36,7 @@ from ._schema import (
     RequestBeginPayload,
     RequestEndPayload,
     Sender,
+    SessionArchivedPayload,
     SessionMetaPayload,
     SettingsPayload,
     StopReason,
@@ -56,6 +57,7 @@ __all__ = [
     "abort",
     "goal_finished",
     "workspace_snapshot",
+    "session_archived",
     "approval_decision",
     "assistant_text",
     "compaction_begin",
@@ -511,3 +513,8 @@ def workspace_snapshot(
         WorkspaceSnapshotPayload(id=snapshot_id, files=files, bytes=size, skipped=skipped or None),
         timestamp,
     )
+
+
+def session_archived(archived: bool = True, *, timestamp: str | None = None) -> OmniMessage:
+    """A host's archive mark (``False``: unarchived); the last one wins.  Not model context."""
+    return _event(SessionArchivedPayload(archived=archived), timestamp)

@@ -8,6 +8,10 @@ is exported by adding its import here and nowhere else.
 from . import (
     markers as markers,
 )
+from ._archived import (
+    archived_after as archived_after,
+    is_archived as is_archived,
+)
 from ._context import (
     CarryOver as CarryOver,
     ModelContext as ModelContext,

@@ -20,6 +20,7 @@ from typing import Any, Final
 
 from eventstore import (
     HEAD_EVENT_TYPES,
+    HOST_EVENT_TYPES,
     AbortPayload,
     CompactionBeginPayload,
     CompactionEndPayload,
@@ -362,6 +363,8 @@ class ModelContext:
             return
         p = record.payload
         kind = type(p)
+        if kind in HOST_EVENT_TYPES:
+            return  # a host's mark (``session_archived``): no part of the conversation
         if kind is SessionMetaPayload or record.type == "session_meta":
             if self._seen_meta:
                 self._new_file = True

@@ -35,6 +35,7 @@ import msgspec
 
 from eventstore import (
     HEAD_EVENT_TYPES,
+    HOST_EVENT_TYPES,
     PARTIAL_PAYLOAD_TYPES,
     AbortPayload,
     CompactionBeginPayload,
@@ -208,7 +209,7 @@ class SessionState:
             return
         payload = record.payload
         kind = type(payload)
-        if kind in _PARTIALS:
+        if kind in _SKIPPED:
             return
         self.records += 1
         # Dispatch on the exact payload type: an isinstance chain costs more than the fold.
@@ -489,7 +490,10 @@ class SessionState:
         self.task_running = self.open_request or self._awaiting_tools is True
 
 
+# Partials are not records (R-TRACE-2); a host's marks (``session_archived``) are records of no
+# run and no context: folding them would end a closure or a rotation head (``_apply_rare``).
 _PARTIALS: frozenset[type[Any]] = frozenset(PARTIAL_PAYLOAD_TYPES)
+_SKIPPED: frozenset[type[Any]] = _PARTIALS | frozenset(HOST_EVENT_TYPES)
 _HEAD_KINDS: frozenset[type[Any]] = frozenset(HEAD_EVENT_TYPES)
 _GOAL_ENDS: dict[str, RunEnd] = {
     "complete": "goal_complete",

@@ -29,6 +29,7 @@ import msgspec
 
 from eventstore import (
     HEAD_EVENT_TYPES,
+    HOST_EVENT_TYPES,
     PARTIAL_PAYLOAD_TYPES,
     OmniMessage,
     RequestEndPayload,
@@ -270,7 +271,7 @@ class FileFold:
         if record.origin is not None:
             return
         kind = type(record.payload)
-        if kind in _PARTIALS:
+        if kind in _PARTIALS or kind in HOST_EVENT_TYPES:
             return
         if kind in GOAL_KINDS:
             self._goal.append((kind, record.payload))

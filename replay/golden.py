@@ -112,6 +112,7 @@ from engine import (
 )
 from eventstore import (
     HEAD_EVENT_TYPES,
+    HOST_EVENT_TYPES,
     AbortPayload,
     ApprovalDecisionPayload,
     CompactionBeginPayload,
@@ -737,7 +738,7 @@ def _settings_in_force(trace: TraceSource) -> list[SettingsPayload | None]:
         p = loc.record.payload
         if isinstance(p, SettingsPayload):
             current = p
-        elif not isinstance(p, WorkspaceSnapshotPayload):
+        elif not isinstance(p, _NOT_REPLAYED):
             out.append(current)
     return out
 
@@ -913,17 +914,18 @@ def _structural_divergence(recorded: list[Located], actual: list[OmniMessage]) -
 
 def _recorded(trace: TraceSource) -> list[Located]:
     """The records a replay reproduces: workspace snapshots are left out (SPEC §27: a replay
-    runs no real tools, so it takes none, and they are not model context)."""
+    runs no real tools, so it takes none, and they are not model context), and so are a host's
+    marks (``session_archived``: written between runs, by no engine)."""
     return [
         loc
         for loc in load_located(trace)
-        if not isinstance(loc.record.payload, WorkspaceSnapshotPayload | SettingsPayload)
+        if not isinstance(loc.record.payload, (*_NOT_REPLAYED, SettingsPayload))
     ]
 
 
 def _uncounted(msg: OmniMessage) -> bool:
     """A record ``_recorded`` leaves out (not a recorded position)."""
-    return isinstance(msg.payload, WorkspaceSnapshotPayload | SettingsPayload)
+    return isinstance(msg.payload, (*_NOT_REPLAYED, SettingsPayload))
 
 
 def _replayable(steps: list[_Step], records: int) -> tuple[list[_Step], str | None, int]:
@@ -1093,6 +1095,10 @@ def _child_runners(
 
 # --------------------------------------------------------------------------- timing
 
+
+# Records a replay never writes: snapshots (no real tools run) and a host's marks (SPEC §27;
+# ``session_archived``); positions and comparisons leave them out.
+_NOT_REPLAYED: Final[tuple[type, ...]] = (WorkspaceSnapshotPayload, *HOST_EVENT_TYPES)
 
 # Records a recording may lack although the replayed engine writes them (a trace written before
 # they existed, SPEC §23, §27): positions are counted without them.

@@ -300,6 +300,7 @@ def _write(
         json.dumps(s.diagnostics),
         None if latest is None else latest[0],
         error,
+        int(s.archived),
         fold.encode(),
     )
     db.execute(f"INSERT OR REPLACE INTO sessions VALUES ({','.join('?' * len(row))})", row)

@@ -23,6 +23,7 @@ from eventstore import (
     OmniMessage,
     RequestBeginPayload,
     RequestEndPayload,
+    SessionArchivedPayload,
     SessionMetaPayload,
     SubagentPayload,
     TextPayload,
@@ -30,7 +31,7 @@ from eventstore import (
     ToolCallOutputPayload,
     ToolCallPayload,
 )
-from projections import SessionState
+from projections import SessionState, archived_after
 
 from ._records import OUTPUT_CHARS, PROMPT_CHARS, TEXT_CHARS, wrong_type
 
@@ -75,6 +76,8 @@ class Summary(msgspec.Struct, kw_only=True):
     dropped: int = 0  # diagnostics beyond the cap
     #: Records skipped as damage (``eventstore.unrecognised``); a newer writer's type is kept.
     unreadable: int = 0
+    #: The last own ``session_archived`` mark (``projections.archived_after``).
+    archived: bool = False
 
 
 class _Saved(msgspec.Struct):
@@ -138,9 +141,13 @@ class SessionFold:
             self.summary.unreadable += 1
             self.diagnose(path, line, "malformed", why)
         s = self.summary
+        p = rec.payload
+        if type(p) is SessionArchivedPayload:
+            # A mark, not activity: the session keeps its place in "recent first".
+            s.archived = archived_after(s.archived, rec)
+            return
         self.state.apply(rec)
         s.last_time = rec.timestamp
-        p = rec.payload
         own = rec.origin is None
         if isinstance(p, SessionMetaPayload):
             s.model = p.model_id

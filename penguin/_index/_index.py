@@ -55,6 +55,8 @@ SESSION_COLUMNS: Final = [
     # Records skipped as damage (``eventstore.unrecognised``), as the CLI and the validator
     # report them; a newer writer's record type is kept and is not counted.
     "unreadable",
+    # The last ``session_archived`` mark (Web App "Archive"): hidden from the default listing.
+    "archived",
 ]
 
 # The server's row plus the first prompt (the sessions list shows it when there is no title)
@@ -64,7 +66,7 @@ _ROW_SQL: Final = ", ".join([*SESSION_COLUMNS, "title", "is_child"])
 _LISTED: Final = (
     "skey, id, project, agent, created, active, status, open, records, turns, title, max_turns, "
     "last_error, workspace, last_status, task_running, is_child, children, diagnostics, latest, "
-    "error"
+    "error, archived"
 )
 
 
@@ -93,6 +95,7 @@ class IndexedSession:
     diagnostics: list[Diagnostic]
     error: str | None
     unterminated: list[tuple[Path, int]] = field(default_factory=list)
+    archived: bool = False
 
 
 class Index:
@@ -338,6 +341,7 @@ class Index:
 def _row(r: tuple[Any, ...]) -> dict[str, Any]:
     row = dict(zip(SESSION_COLUMNS, r, strict=False))
     row["first_prompt"], row["subagent"] = r[-2], bool(r[-1])
+    row["archived"] = bool(row["archived"])
     return row
 
 
@@ -382,6 +386,7 @@ def _listed(row: tuple[Any, ...], files: list[tuple[str, bool, bool, int]]) -> I
         diagnostics,
         latest,
         error,
+        archived,
     ) = row
     paths = [Path(p) for p, _r, _u, _l in files]
     info = SessionInfo(sid, project, agent, datetime.fromisoformat(created), paths)
@@ -409,6 +414,7 @@ def _listed(row: tuple[Any, ...], files: list[tuple[str, bool, bool, int]]) -> I
         diagnostics=diags,
         error=error,
         unterminated=[(Path(p), n + 1) for p, r, u, n in files if u and not r],
+        archived=bool(archived),
     )
 
 

@@ -22,8 +22,9 @@ __all__ = ["BUSY_TIMEOUT_MS", "connect", "fts5_available"]
 #: How long a writer waits for another process's transaction (each is one session's catch-up).
 BUSY_TIMEOUT_MS: Final = 30_000
 
-# 2 and 3 were the server's own index; 4 the shared one; 5 checkpoints a file's ctime too.
-_VERSION: Final = 5
+# 2 and 3 were the server's own index; 4 the shared one; 5 checkpoints a file's ctime too;
+# 6 adds ``sessions.archived``.
+_VERSION: Final = 6
 
 _TABLES: Final = ("meta", "files", "sessions", "usage", "errors", "docs", "fts")
 
@@ -40,7 +41,7 @@ CREATE TABLE IF NOT EXISTS sessions (skey TEXT PRIMARY KEY, id TEXT NOT NULL, pr
     last_status TEXT, model TEXT, workspace TEXT, tokens INTEGER, last_active TEXT,
     active REAL, status TEXT, open INTEGER, task_running INTEGER, approval TEXT,
     runs INTEGER, unreadable INTEGER, title TEXT, is_child INTEGER, children TEXT, max_turns INTEGER,
-    last_error TEXT, diagnostics TEXT, latest TEXT, error TEXT, fold BLOB);
+    last_error TEXT, diagnostics TEXT, latest TEXT, error TEXT, archived INTEGER, fold BLOB);
 CREATE INDEX IF NOT EXISTS sessions_id ON sessions(id);
 CREATE INDEX IF NOT EXISTS sessions_active ON sessions(active);
 CREATE TABLE IF NOT EXISTS usage (skey TEXT NOT NULL, session TEXT, project TEXT, agent TEXT,

@@ -47,6 +47,7 @@ class SessionRow:
     children: list[str] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     error: str | None = None
+    archived: bool = False  # its last ``session_archived`` mark (``penguin sessions --archive``)
 
     @property
     def session_id(self) -> str:
@@ -82,6 +83,7 @@ def _row(s: IndexedSession) -> SessionRow:
         children=list(s.children),
         diagnostics=list(s.diagnostics),
         error=s.error,
+        archived=s.archived,
     )
     held: bool | None = None
     if row.open and row.error is None:

@@ -17,6 +17,7 @@ from ._exceptions import ApiError
 
 __all__ = [
     "ApprovalBody",
+    "ArchiveBody",
     "CompactionBody",
     "CreateSessionBody",
     "ForkBody",
@@ -128,6 +129,12 @@ class RewindBody(_Body):
     at: Position | None = None
     force: bool = False
     dry_run: bool = False
+
+
+class ArchiveBody(_Body):
+    """The session's archive mark: true hides it from the default listing, false shows it."""
+
+    archived: bool
 
 
 class LoginBody(_Body):

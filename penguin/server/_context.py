@@ -129,6 +129,7 @@ class ServerContext:
         base.setdefault("last_status", None)
         base.setdefault("status", "idle")
         base.setdefault("approval", None)
+        base.setdefault("archived", False)
         return base
 
     def _held(self, row: dict[str, Any]) -> bool:

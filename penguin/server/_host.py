@@ -51,6 +51,7 @@ from eventstore import (
     TailRead,
     file_index,
     iter_trace,
+    mark_archived,
     tail,
     validate_id,
 )
@@ -660,6 +661,36 @@ class SessionHost:
             raise ApiError(409, "session_locked", str(exc)) from None
         h.channel.close()
         self._hosted.pop(h.id, None)
+
+    async def set_archived(self, h: Hosted, archived: bool) -> None:
+        """Write the session's ``session_archived`` mark (a record: it survives a restart and
+        an index rebuild) through the store's writer, which takes the session's lock.  A
+        session this server is running is 409 ``task_in_progress`` (like delete); one another
+        process holds is 409 ``session_locked``; one with nothing recorded yet (created here,
+        never run) is 409 ``nothing_recorded``."""
+        if h.busy is not None:
+            raise ApiError(409, "task_in_progress", "the session is busy")
+        try:
+            # Before unloading: a session created here lives only in memory until it writes.
+            self.root.latest_trace(h.id, project=h.project, agent=h.agent)
+        except FileNotFoundError:
+            raise ApiError(
+                409, "nothing_recorded", "the session has no records to mark yet"
+            ) from None
+        await self._unload(h)  # our own lock would refuse the writer
+        async with h.load_lock:  # and no request loads it again while the mark is written
+            try:
+                await anyio.to_thread.run_sync(
+                    lambda: mark_archived(
+                        self.root, h.id, archived=archived, project=h.project, agent=h.agent
+                    )
+                )
+            except SessionLocked as exc:
+                raise ApiError(409, "session_locked", str(exc)) from None
+            except FileNotFoundError:
+                raise ApiError(
+                    409, "nothing_recorded", "the session has no records to mark yet"
+                ) from None
 
 
 async def _recorded(root: DataRoot, h: Hosted, host: SessionHost) -> Resolved:

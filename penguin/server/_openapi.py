@@ -54,7 +54,13 @@ ROUTES: tuple[RouteSpec, ...] = (
         (200, 401),
     ),
     RouteSpec("POST", "/api/logout", rf.logout, "End this browser login", None, (204,)),
-    RouteSpec("GET", "/api/sessions", rs.list_sessions, "Sessions, newest first (?limit=&cursor=)"),
+    RouteSpec(
+        "GET",
+        "/api/sessions",
+        rs.list_sessions,
+        "Sessions, most recently active first (?limit=&cursor=); ?archived=true: the archived",
+        query=(("archived", {"type": "boolean", "default": False}, False),),
+    ),
     RouteSpec(
         "POST",
         "/api/sessions",
@@ -65,6 +71,14 @@ ROUTES: tuple[RouteSpec, ...] = (
     ),
     RouteSpec("GET", _S, rs.get_session, "One session's row and state", None, (200, 404)),
     RouteSpec("DELETE", _S, rs.delete_session, "Delete a session", None, (204, 404, 409)),
+    RouteSpec(
+        "POST",
+        _S + "/archive",
+        rs.archive_session,
+        "Archive or unarchive a session (a session_archived record); answers its row",
+        bd.ArchiveBody,
+        (200, 400, 404, 409),
+    ),
     RouteSpec(
         "GET", _S + "/messages", rs.messages, "History of one file (?file=N) with live fragments"
     ),

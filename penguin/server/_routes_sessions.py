@@ -19,7 +19,7 @@ from eventstore import encode, iter_trace
 from penguin._goal import goal_dict
 from projections import project
 
-from ._bodies import CreateSessionBody, read_body
+from ._bodies import ArchiveBody, CreateSessionBody, read_body
 from ._channel import Event, ReplayPlan, parse_id, unnumbered
 from ._context import as_json, ctx_of, json_response
 from ._exceptions import ApiError
@@ -28,6 +28,7 @@ from ._sse import SSEResponse
 from ._traces import indexed_files, records_between, records_of
 
 __all__ = [
+    "archive_session",
     "create_session",
     "delete_session",
     "get_session",
@@ -61,17 +62,28 @@ def _cursor(request: Request) -> tuple[int, int]:
     return limit, start
 
 
+def _archived(request: Request) -> bool:
+    """``?archived=true``: the archived sessions instead of the others."""
+    value = request.query_params.get("archived", "false").lower()
+    if value not in ("true", "false", "1", "0"):
+        raise ApiError(400, "invalid_query", "archived must be true or false")
+    return value in ("true", "1")
+
+
 async def list_sessions(request: Request) -> Response:
     ctx = ctx_of(request)
     limit, start = _cursor(request)
+    archived = _archived(request)
     await ctx.refresh_index()
     rows = await anyio.to_thread.run_sync(ctx.index.session_rows)
     costs = await anyio.to_thread.run_sync(ctx.index.session_costs, ctx.prices)
     seen = {r["id"] for r in rows}
     hosted = ctx.host.hosted
-    # Sessions created here and not written yet live only in memory.
+    # Sessions created here and not written yet live only in memory (never archived).
     fresh = [ctx.row(h, None) for sid, h in hosted.items() if sid not in seen]
     all_rows = fresh + [ctx.row(hosted.get(r["id"]), r) for r in rows]
+    # The archive mark is the session's record (``session_archived``), projected by the index.
+    all_rows = [r for r in all_rows if bool(r.get("archived")) == archived]
     for row in all_rows:
         row["cost"], row["unpriced_tokens"] = costs.get(row["id"], (None, 0))
     # The most recently active first (a new session counts as active when created).
@@ -209,6 +221,17 @@ async def delete_session(request: Request) -> Response:
     await ctx.host.delete(h)
     await anyio.to_thread.run_sync(ctx.index.refresh)
     return Response(status_code=204)
+
+
+async def archive_session(request: Request) -> Response:
+    """Archive or unarchive (``{"archived": bool}``); answers the session's row."""
+    ctx = ctx_of(request)
+    body = await read_body(request, ArchiveBody, limit=ctx.body_limit)
+    h = await ctx.host.get(request.path_params["id"])
+    await ctx.host.set_archived(h, body.archived)
+    await anyio.to_thread.run_sync(ctx.index.refresh)
+    indexed = await anyio.to_thread.run_sync(ctx.index.session_row, h.id)
+    return json_response(ctx.row(h, indexed))
 
 
 async def messages(request: Request) -> Response:

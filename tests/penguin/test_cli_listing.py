@@ -120,6 +120,43 @@ def test_limit_and_newest_activity_first(tmp_path: Path) -> None:
     assert "1 min ago" in text and "10 min ago" in text and "1 h ago" in text
 
 
+def test_archive_hides_a_session_and_archived_lists_it(tmp_path: Path) -> None:
+    """Issue 35 item 6 on the command line: ``--archive`` writes the session's
+    ``session_archived`` record (by short id), the listing leaves it out, ``--archived`` lists
+    it, ``--unarchive`` brings it back; a session a writer holds is refused (exit 1)."""
+    from eventstore import TraceWriter
+
+    home = tmp_path / "home"
+    now = time.time()
+    kept = make_session(home, 1, active=now - 60, prompt="kept")
+    gone = make_session(home, 2, active=now - 600, prompt="gone")
+    done = invoke("--home", home, "sessions", "--archive", gone[-8:])
+    assert done.exit_code == 0, done.output
+    assert f"archived {gone}" in done.stdout and "--archived" in done.stdout
+    rows = json.loads(invoke("--home", home, "sessions", "--json").stdout)
+    assert [(r["session_id"], r["archived"]) for r in rows] == [(kept, False)]
+    rows = json.loads(invoke("--home", home, "sessions", "--archived", "--json").stdout)
+    assert [(r["session_id"], r["archived"], r["status"]) for r in rows] == [
+        (gone, True, "completed")
+    ]
+    assert "gone" in invoke("--home", home, "sessions", "--archived").stdout
+    assert "gone" not in invoke("--home", home, "sessions").stdout
+    assert b'"type":"session_archived","archived":true' in trace_file(home, sid=gone).read_bytes()
+
+    assert invoke("--home", home, "sessions", "--unarchive", gone).exit_code == 0
+    rows = json.loads(invoke("--home", home, "sessions", "--json").stdout)
+    assert [r["session_id"] for r in rows] == [kept, gone]  # its place by activity kept
+    assert "no archived sessions" in invoke("--home", home, "sessions", "--archived").stdout
+
+    with TraceWriter(trace_file(home, sid=kept), fsync="never"):
+        held = invoke("--home", home, "sessions", "--archive", kept)
+    assert held.exit_code == 1 and "another process" in held.stderr
+    missing = invoke("--home", home, "sessions", "--archive", sid_of(9))
+    assert missing.exit_code == 2
+    both = invoke("--home", home, "sessions", "--archive", kept, "--unarchive", gone)
+    assert both.exit_code == 2
+
+
 # --------------------------------------------------------------------------- item 7
 
 

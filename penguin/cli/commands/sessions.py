@@ -1,8 +1,10 @@
 """``penguin sessions``: the sessions of the data root, most recently active first (R-CLI-3).
 
 Owns: the command, its readable 80-column listing (short id, relative time, turns, status,
-first prompt; subagent children nested under their parent) and its JSON rows.  Does not: read
-traces itself (``listing``).
+first prompt; subagent children nested under their parent) and its JSON rows; archived sessions
+left out unless ``--archived``; ``--archive``/``--unarchive SESSION`` writing the mark (the Web
+App's Archive, not ``penguin archive``, which moves trace files to object storage).  Does not:
+read traces itself (``listing``) or write records itself (``eventstore.mark_archived``).
 """
 
 from __future__ import annotations
@@ -98,6 +100,7 @@ def _json_row(row: SessionRow) -> dict[str, Any]:
         "children": row.children,
         "latest_trace": str(row.latest),
         "error": row.error,
+        "archived": row.archived,
     }
 
 
@@ -168,6 +171,22 @@ def sessions(
         bool,
         typer.Option("--cwd", help="Only sessions whose workspace is the current directory."),
     ] = False,
+    archived: Annotated[
+        bool,
+        typer.Option("--archived", help="List the archived sessions instead of the others."),
+    ] = False,
+    archive: Annotated[
+        str | None,
+        typer.Option(
+            "--archive",
+            metavar="SESSION",
+            help="Archive SESSION: hide it from this list (a record in its trace; nothing moves).",
+        ),
+    ] = None,
+    unarchive: Annotated[
+        str | None,
+        typer.Option("--unarchive", metavar="SESSION", help="Show an archived SESSION again."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """List sessions, most recently active first, subagent children under their parent.
@@ -176,6 +195,10 @@ def sessions(
     last activity, turns, status (completed, interrupted by a crash, running, aborted, …) and
     the first prompt.  What the reader skipped is printed on stderr.  Takes no lock and changes
     no trace; the session index (<home>/index.sqlite3) keeps what it read for the next listing.
+
+    Archived sessions (the Web App's Archive, or --archive) are left out; --archived lists
+    them.  --archive/--unarchive write a session_archived record to the session's trace while
+    holding its lock.  This is not `penguin archive`, which moves trace files to object storage.
     """
     from penguin.cli.diagnose import report
     from penguin.cli.listing import list_sessions
@@ -184,8 +207,16 @@ def sessions(
         if limit is not None and limit <= 0:
             raise CliError(f"--limit must be at least 1, not {limit}")
         g = globals_of(ctx)
+        if archive is not None or unarchive is not None:
+            if archive is not None and unarchive is not None:
+                raise CliError("give --archive or --unarchive, not both")
+            target = archive if archive is not None else unarchive
+            assert target is not None
+            _mark(g, target, archived=archive is not None)
+            return
         root = g.existing_root()
         rows = list_sessions(root, project=g.project, agent=g.agent)
+        rows = [r for r in rows if r.archived == archived]
         if cwd:
             here = str(Path.cwd().resolve())
             rows = [r for r in rows if r.workspace is not None and _same(r.workspace, here)]
@@ -202,11 +233,30 @@ def sessions(
         if not nested:
             # Plain: the first thing a new user runs needs no terminal toolkit (start-up).
             where = " for this directory" if cwd else ""
-            sys.stdout.write(f"no sessions{where} under {safe(str(root.home))}\n")
+            which = "archived sessions" if archived else "sessions"
+            sys.stdout.write(f"no {which}{where} under {safe(str(root.home))}\n")
             return
         _render(out_console(), nested)
         if hidden > 0:
             sys.stdout.write(f"{hidden} more (use -n)\n")
+
+
+def _mark(g: Any, arg: str, *, archived: bool) -> None:
+    """Write SESSION's archive mark; a session a writer holds is refused (exit 1)."""
+    from eventstore import SessionLocked, mark_archived
+    from penguin.cli.targets import resolve_session_id
+
+    sid = resolve_session_id(g, arg)
+    try:
+        mark_archived(g.existing_root(), sid, archived=archived, project=g.project, agent=g.agent)
+    except FileNotFoundError:
+        raise CliError(f"no session {safe(arg, keep_newlines=False)}") from None
+    except SessionLocked as exc:
+        raise CliError(f"{safe(sid)} is open in another process: {exc}", code=1) from None
+    if archived:
+        sys.stdout.write(f"archived {sid}: `penguin sessions --archived` lists it\n")
+    else:
+        sys.stdout.write(f"unarchived {sid}\n")
 
 
 def _same(workspace: str, here: str) -> bool:

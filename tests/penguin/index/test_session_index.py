@@ -18,7 +18,7 @@ from clikit import meta, trace_file, turn, write_records
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eventstore import DataRoot, TokenCounts, encode_line
+from eventstore import DataRoot, TokenCounts, encode_line, mark_archived
 from eventstore import builders as b
 from penguin._index import OUTPUT_CHARS, Index
 
@@ -117,6 +117,47 @@ def test_appends_caught_up_piecewise_equal_a_fresh_build(tmp_path: Path, cuts: l
                 out.write(data[a:c])
             indexed(home)
     assert indexed(home) == fresh(home)
+
+
+# --------------------------------------------------------------------------- archive marks
+# The ``archived`` column projects the ``session_archived`` marks (issue 35 item 6): rebuilt,
+# it gives the same flag (R-SRV-13); a mark does not move a session in "recent first".
+def _rows(home: Path) -> dict[str, dict[str, object]]:
+    with Index(DataRoot(home)) as index:
+        index.refresh()
+        rows = {r["id"]: r for r in index.session_rows()}
+        listed = {s.info.session_id: s.archived for s in index.listed()}
+    assert {sid: r["archived"] for sid, r in rows.items()} == listed
+    return rows
+
+
+def test_marks_are_projected_and_survive_a_rebuild(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    sids = [sid_of(n) for n in range(3)]
+    for sid in sids:
+        write_records(trace_file(home, sid=sid), [meta(sid), b.user_text("hi"), *turn("ok")])
+    before = _rows(home)
+    assert [before[s]["archived"] for s in sids] == [False, False, False]
+
+    root = DataRoot(home)
+    mark_archived(root, sids[0])
+    mark_archived(root, sids[1])
+    mark_archived(root, sids[1], archived=False)  # the last one wins
+    rows = _rows(home)  # caught up incrementally
+    assert [rows[s]["archived"] for s in sids] == [True, False, False]
+    # A mark is not activity: the session keeps its place in the listing.
+    assert [rows[s]["last_active"] for s in sids] == [before[s]["last_active"] for s in sids]
+    # Nor is it a record of the conversation: records, turns and status are unchanged.
+    for s in sids:
+        for key in ("records", "turns", "status", "runs"):
+            assert rows[s][key] == before[s][key]
+
+    # Deleted and rebuilt (and built fresh elsewhere): the same rows, the same flag.
+    first = indexed(home)
+    for p in home.glob("index.sqlite3*"):
+        p.unlink()
+    assert indexed(home) == first == fresh(home)
+    assert [_rows(home)[s]["archived"] for s in sids] == [True, False, False]
 
 
 # --------------------------------------------------------------------------- file faults

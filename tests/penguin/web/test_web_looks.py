@@ -52,17 +52,29 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield s
 
 
-@pytest.fixture(scope="module")
-def session(server: Server) -> str:
-    """A session with a finished task: a tool call, a table, a long word, code and a list."""
+def _ran(server: Server, prompt: str) -> str:
     sid: str = server.api("POST", "/api/sessions", {"approval": "allow-all"})["id"]
     with server.client() as c, c.stream("GET", "/api/events") as events:
         server.api(
-            "POST", f"/api/sessions/{sid}/tasks", {"input": [{"type": "text", "text": "Files?"}]}
+            "POST", f"/api/sessions/{sid}/tasks", {"input": [{"type": "text", "text": prompt}]}
         )
         for line in events.iter_lines():  # until the session is idle again
             if '"session_state"' in line and f'"{sid}"' in line and '"idle"' in line:
                 break
+    return sid
+
+
+@pytest.fixture(scope="module")
+def session(server: Server) -> str:
+    """A session with a finished task: a tool call, a table, a long word, code and a list."""
+    return _ran(server, "Files?")
+
+
+@pytest.fixture(scope="module")
+def archived(server: Server, session: str) -> str:
+    """A second finished session, archived (the Archived view's row)."""
+    sid = _ran(server, "Which files are old?")
+    server.api("POST", f"/api/sessions/{sid}/archive", {"archived": True})
     return sid
 
 
@@ -95,7 +107,7 @@ def _overflow(page: Any) -> dict[str, Any]:
 # Every picture this module saves, named as docs/ refers to them (tests/docs checks the names).
 SHOTS = {
     f"web-{page}{mobile}{dark}{screen}"
-    for page in ("login", "sessions", "conversation", "trace", "usage")
+    for page in ("login", "sessions", "archived", "conversation", "trace", "usage")
     for mobile, screens in (("", ("",)), ("-mobile", ("", "-screen")))
     for dark in ("", "-dark")
     for screen in screens
@@ -110,6 +122,7 @@ assert set(IN_DOCS) <= SHOTS
 PAGES = {
     "login": ("#/", ".login"),  # no login yet: what to open
     "sessions": ("#/", "table.sessions tbody tr[data-id]"),
+    "archived": ("#/", "table.sessions tbody tr[data-id]"),  # then the Archived view
     "conversation": ("#/s/{sid}", ".b-assistant table"),
     "trace": ("#/s/{sid}/trace", ".timeline svg"),
     "usage": ("#/usage", ".chart svg"),
@@ -119,7 +132,7 @@ PAGES = {
 @pytest.mark.parametrize("size", ["desktop", "mobile"])
 @pytest.mark.parametrize("name", list(PAGES))
 def test_every_page_fits_the_width_passes_axe_and_is_shot(
-    browser: Any, server: Server, session: str, name: str, size: str
+    browser: Any, server: Server, session: str, archived: str, name: str, size: str
 ) -> None:
     """Light, then dark (the system setting switched on the open page, as a person's would)."""
     from axe_playwright_python.sync_playwright import Axe
@@ -137,6 +150,9 @@ def test_every_page_fits_the_width_passes_axe_and_is_shot(
         path, ready = PAGES[name]
         page.goto(f"{server.base}/{path.format(sid=session)}")
         page.wait_for_selector(ready)
+        if name == "archived":  # the Archived view, with its Unarchive button
+            page.click("button.view-archived")
+            page.wait_for_selector(f"tr[data-id='{archived}'] button.unarchive")
         if name == "trace":  # with the exact request of a picked record in the second pane
             page.locator(".records li.record:has-text('request_begin') button").first.click()
             page.wait_for_selector(".detail .request-title")

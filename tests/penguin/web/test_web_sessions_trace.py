@@ -95,6 +95,68 @@ def test_r_web_1_list_titles_order_status_cost_search_and_delete(page: Any, serv
     shot(page, "web-sessions-list")
 
 
+def _archived_ids(server: Server) -> list[str]:
+    with server.client() as client:
+        rows = client.get("/api/sessions?archived=true").json()["sessions"]
+    return [r["id"] for r in rows]
+
+
+def test_archive_with_confirmation_then_unarchive_from_the_archived_view(
+    page: Any, server: Server
+) -> None:
+    """Issue 35 item 6, with the keyboard: Archive asks first (Cancel keeps the session), the
+    session leaves the list, the Archived view lists it with Unarchive, which brings it back.
+    The flag is the trace's ``session_archived`` record (the server's answer proves it)."""
+    sid = server.api("POST", "/api/sessions", {})["id"]
+    _task(server, sid, "Draft the archive notes")
+    _wait_idle(page, server, sid)
+    row = page.locator(f"table.sessions tr[data-id='{sid}']")
+    row.locator("a.title >> text=Draft the archive notes").wait_for()
+    archive = row.locator("button.archive")
+    assert archive.get_attribute("aria-label") == "Archive session Draft the archive notes"
+    # Cancel keeps it (Escape closes the dialog).
+    archive.focus()
+    page.keyboard.press("Enter")
+    dialog = page.locator("dialog.confirm")
+    dialog.wait_for(state="visible")
+    assert "Archived" in dialog.inner_text() and "Nothing is deleted" in dialog.inner_text()
+    assert dialog.locator("button.confirm-yes").inner_text() == "Archive session"
+    shot(page, "web-sessions-archive-confirm")
+    page.keyboard.press("Escape")
+    dialog.wait_for(state="hidden")
+    assert row.count() == 1 and sid not in _archived_ids(server)
+    # Confirmed with the keyboard: Cancel has the focus, Tab moves to Archive session.
+    archive.focus()
+    page.keyboard.press("Enter")
+    dialog.wait_for(state="visible")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.className") == "primary confirm-yes"
+    page.keyboard.press("Enter")
+    row.wait_for(state="detached")
+    assert sid in _archived_ids(server)
+    # The Archived view lists it, with Unarchive.
+    tab = page.locator("button.view-archived")
+    assert tab.get_attribute("aria-pressed") == "false"
+    tab.focus()
+    page.keyboard.press("Enter")
+    assert tab.get_attribute("aria-pressed") == "true"
+    archived_row = page.locator(f"table.sessions tr[data-id='{sid}']")
+    archived_row.wait_for()
+    assert page.locator("table.sessions tbody tr[data-id]").count() == len(_archived_ids(server))
+    assert archived_row.locator("td.state").inner_text() == "completed"  # still the last run's
+    assert page.locator(".sessions-card h2").inner_text() == "Archived sessions"
+    shot(page, "web-sessions-archived")
+    unarchive = archived_row.locator("button.unarchive")
+    assert unarchive.get_attribute("aria-label") == "Unarchive session Draft the archive notes"
+    unarchive.click()
+    archived_row.wait_for(state="detached")
+    assert sid not in _archived_ids(server)
+    if not _archived_ids(server):  # what the empty view says
+        page.locator("table.sessions td.muted >> text=No archived sessions").wait_for()
+    page.locator("button.view-active").click()
+    page.locator(f"table.sessions tr[data-id='{sid}'] button.archive").wait_for()
+
+
 def test_conversation_header_and_empty_state(page: Any, server: Server) -> None:
     sid = server.api("POST", "/api/sessions", {"approval": "ask"})["id"]
     page.goto(f"{server.base}/#/s/{sid}")
@@ -156,7 +218,7 @@ def test_the_span_tree_follows_a_task_as_it_runs(page: Any, server: Server) -> N
     assert page.locator("ul.span-tree li.kind-run").count() == 1
 
 
-@pytest.mark.parametrize("where", ["sessions", "trace", "usage"])
+@pytest.mark.parametrize("where", ["sessions", "archived", "trace", "usage"])
 def test_phone_width_has_no_horizontal_overflow(browser: Any, server: Server, where: str) -> None:
     context = browser.new_context(
         viewport={"width": 390, "height": 844},
@@ -168,7 +230,14 @@ def test_phone_width_has_no_horizontal_overflow(browser: Any, server: Server, wh
         page = context.new_page()
         page.goto(server.login_url)
         page.wait_for_selector("table.sessions tbody tr[data-id]")
-        if where == "trace":
+        if where == "archived":  # the Archived view, with a session in it
+            sid = server.api("POST", "/api/sessions", {})["id"]
+            _task(server, sid, "An archived session on a phone")
+            _wait_idle(page, server, sid)
+            server.api("POST", f"/api/sessions/{sid}/archive", {"archived": True})
+            page.click("button.view-archived")
+            page.wait_for_selector(f"table.sessions tr[data-id='{sid}'] button.unarchive")
+        elif where == "trace":
             page.goto(f"{server.base}/#/s/{PARENT}/trace")
             page.wait_for_selector("ul.span-tree li.kind-tool_call")
         elif where == "usage":

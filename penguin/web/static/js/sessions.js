@@ -1,8 +1,9 @@
 // Owns: the sessions list, kept live from /api/events (R-SRV-9): each session by its title or
 // first prompt, most recently active first, with the one status (R-SET-5), turns, tokens and
 // estimated cost; a search box (titles and first prompts at once, the traces' full text through
-// /api/search when the server has it); delete with a confirmation; and the new-session form
-// (R-WEB-1).
+// /api/search when the server has it); archive (with a confirmation) and the Archived view
+// with Unarchive — the mark is a session_archived record in the trace, POST
+// /api/sessions/{id}/archive; delete with a confirmation; and the new-session form (R-WEB-1).
 import { api, enc, openStream } from "./api.js";
 import { clear, fmtNum, fmtTime, h, setText, visible } from "./dom.js";
 import { costNode } from "./cost.js";
@@ -20,10 +21,20 @@ export function sessionsView(root) {
   const found = h("div", { class: "search-results", "aria-live": "polite" });
   const count = h("span", { class: "muted small count" });
   const dialog = confirmDialog();
+  // Which sessions the list shows: the others, or the archived ones (?archived=true).
+  let archivedView = false;
+  const heading = h("h2", null, "Sessions");
+  const tabs = ["Sessions", "Archived"].map((text, i) => h("button", {
+    type: "button", class: `view-tab${i ? " view-archived" : " view-active"}`,
+    "aria-pressed": i ? "false" : "true",
+    onclick: () => showArchived(Boolean(i)),
+  }, text));
   root.append(
     h("section", { class: "card" }, h("h2", null, "New session"), form, error),
     h("section", { class: "card sessions-card" },
-      h("div", { class: "list-head" }, h("h2", null, "Sessions"), count, search),
+      h("div", { class: "list-head" }, heading, count,
+        h("div", { class: "view-tabs", role: "group", "aria-label": "Sessions to list" }, tabs),
+        search),
       found,
       h("table", { class: "sessions" },
         h("thead", null, h("tr", null, COLUMNS.map((t) => h("th", { scope: "col" }, t)))),
@@ -39,19 +50,33 @@ export function sessionsView(root) {
     const q = search.value.trim().toLowerCase();
     const shown = q ? rows.filter((r) => matches(r, q)) : rows;
     clear(tbody);
-    for (const row of shown) tbody.append(sessionRow(row, live.get(row.id), remove));
+    for (const row of shown) tbody.append(sessionRow(row, live.get(row.id), { remove, archive }));
     if (!rows.length) {
       tbody.append(h("tr", { class: "empty" }, h("td", { colspan: COLUMNS.length, class: "muted" },
-        "No sessions yet. Create one above: choose a workspace (or keep the default) and press Create session.")));
+        archivedView
+          ? "No archived sessions. Archive one from the Sessions list: it moves here, nothing is deleted, and Unarchive brings it back."
+          : "No sessions yet. Create one above: choose a workspace (or keep the default) and press Create session.")));
     } else if (!shown.length) {
       tbody.append(h("tr", { class: "empty" }, h("td", { colspan: COLUMNS.length, class: "muted" }, "No session title or first prompt matches.")));
     }
     setText(count, (q ? `${shown.length} of ${rows.length}` : `${rows.length}`)
+      + (archivedView ? " archived" : "")
       + (capped ? " most recent (search finds older ones)" : ""));
   }
+  function showArchived(on) {
+    if (on === archivedView) return;
+    archivedView = on;
+    tabs.forEach((t, i) => t.setAttribute("aria-pressed", String(Boolean(i) === on)));
+    setText(heading, on ? "Archived sessions" : "Sessions");
+    rows = [];
+    draw();
+    load();
+  }
   async function load() {
+    const view = archivedView;
     try {
-      const data = await api("/api/sessions?limit=1000");
+      const data = await api(`/api/sessions?limit=1000${view ? "&archived=true" : ""}`);
+      if (view !== archivedView) return;  // the other view was chosen meanwhile
       rows = data.sessions;
       // The most recent 1,000 (the API's page); the full-text search reaches the older ones.
       capped = data.next_cursor !== null && data.next_cursor !== undefined;
@@ -59,6 +84,21 @@ export function sessionsView(root) {
     } catch (err) {
       error.hidden = false;
       setText(error, err.message);
+    }
+  }
+  async function archive(row, on) {
+    const name = label(row);
+    // Archiving asks first (it takes the session off this list); unarchiving does not.
+    if (on && !(await dialog.ask(`Archive “${name}”?`,
+      "The session leaves this list and waits under Archived, where Unarchive brings it back. Nothing is deleted: its trace stays where it is.",
+      "Archive session", { danger: false }))) return;
+    try {
+      await api(`/api/sessions/${enc(row.id)}/archive`, { method: "POST", body: { archived: on } });
+      rows = rows.filter((r) => r.id !== row.id);
+      draw();
+    } catch (err) {
+      error.hidden = false;
+      setText(error, `${err.code}: ${err.message}`);
     }
   }
   async function remove(row) {
@@ -117,7 +157,7 @@ function matches(row, q) {
     .some((v) => v && String(v).toLowerCase().includes(q));
 }
 
-function sessionRow(row, liveState, remove) {
+function sessionRow(row, liveState, { remove, archive }) {
   const state = (liveState && liveState.status) || row.status || row.state || "idle";
   const name = label(row);
   const untitled = !row.title && !row.first_prompt;
@@ -132,6 +172,10 @@ function sessionRow(row, liveState, remove) {
     h("td", { class: "num tokens", dataset: { label: "Tokens" } }, fmtNum(row.tokens ?? 0)),
     h("td", { class: "num", dataset: { label: "Cost" } }, costNode(row.cost, row.unpriced_tokens)),
     h("td", { class: "actions" },
+      // A session with nothing recorded yet (created, never run) has no trace to mark.
+      row.archived
+        ? h("button", { type: "button", class: "unarchive link", "aria-label": `Unarchive session ${name}`, onclick: () => archive(row, false) }, "Unarchive")
+        : (row.files ? h("button", { type: "button", class: "archive link", "aria-label": `Archive session ${name}`, onclick: () => archive(row, true) }, "Archive") : null),
       h("button", { type: "button", class: "delete link danger-link", "aria-label": `Delete session ${name}`, onclick: () => remove(row) }, "Delete")),
   );
 }
@@ -166,10 +210,12 @@ function confirmDialog() {
   el.addEventListener("close", () => done(false));
   return {
     el,
-    ask(heading, body, action) {
+    ask(heading, body, action, { danger = true } = {}) {
       setText(title, heading);
       setText(text, body);
       setText(yes, action);
+      // Deleting is the red button; archiving (undone by Unarchive) is the ordinary one.
+      yes.className = `${danger ? "danger" : "primary"} confirm-yes`;
       el.showModal();
       no.focus();
       return new Promise((resolve) => { settle = resolve; });
