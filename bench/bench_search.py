@@ -1,8 +1,8 @@
 """The session index (issue 34): cold build, incremental catch-up, warm ``sessions`` and
 ``search`` over a generated fleet, against reading the same files with the store's reader.
 
-The fleet: ``BENCH_SEARCH_SESSIONS`` sessions (10,000) of about ``BENCH_SEARCH_KB`` KiB each
-(100: about 1 GB in all), each a prompt and turns of assistant text, tool calls and tool outputs
+The fleet: ``BENCH_SEARCH_SESSIONS`` sessions (10,000) of about ``BENCH_SEARCH_KB`` KiB of JSONL
+each (100: about 1 GB in all), each a prompt and turns of assistant text, tool calls and tool outputs
 of 2-12 KiB (the index keeps the first 4 KiB of each output), written with the store's encoder.
 A fleet of 1,000 sessions of the same shape is measured too: warm search must not grow with the
 fleet (10k vs 1k within 3x).  The needle appears in 20 sessions of either fleet; the common
@@ -30,8 +30,6 @@ from eventstore import builders as b
 
 SESSIONS = int(os.environ.get("BENCH_SEARCH_SESSIONS", "10000"))
 SESSION_KB = int(os.environ.get("BENCH_SEARCH_KB", "100"))
-# Each turn is about twice its output in JSONL (text, call, records): the loop counts this.
-_TURN_FACTOR = 2.2
 SMALL = 1000
 REPEATS = 5
 NEEDLE = "zanzibarite"
@@ -78,7 +76,7 @@ def _session(
     while size < SESSION_KB * 1024:
         cid = f"call_{k}"
         out = rng.choice(outputs)
-        records += [
+        turn = [
             b.request_begin(),
             b.assistant_text(rng.choice(texts)),
             b.tool_call("exec_command", f'{{"cmd": "grep -rn {rng.choice(texts)[:40]}"}}', cid),
@@ -86,7 +84,8 @@ def _session(
             b.request_end("completed"),
             b.tool_call_output(cid, out),
         ]
-        size += int((len(out) + 600) * _TURN_FACTOR)
+        size += sum(len(encode_line(r)) for r in turn)
+        records += turn
         k += 1
     records += [
         b.request_begin(),

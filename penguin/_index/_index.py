@@ -310,6 +310,67 @@ class Index:
                 files.setdefault(skey, []).append((path, bool(residue), bool(unterm), line))
         return [_listed(row, files.get(row[0], [])) for row in rows]
 
+    def recent(
+        self,
+        limit: int,
+        *,
+        project: str | None = None,
+        agent: str | None = None,
+        archived: bool = False,
+    ) -> tuple[list[IndexedSession], int]:
+        """The ``limit`` most recently active sessions (of ``project``/``agent``, archived or
+        not) that no such session names as its child, each followed by its descendants (8
+        levels), and how many such top-level sessions there are in all: what ``listed()``
+        gives for them, reading only their rows (the parents' through a partial index),
+        whatever the fleet's size."""
+        clauses, args = _scope(project, agent)
+        clauses = f"{clauses} AND" if clauses else "WHERE"
+        clauses += f" {'' if archived else 'NOT '}coalesce(archived, 0)"
+        where = f"{clauses} AND"
+        with self._read_lock:
+            db = self._reader
+            named: set[str] = set()
+            for (children,) in db.execute(
+                f"SELECT children FROM sessions {where} children != '[]'", args
+            ):
+                named.update(json.loads(children))
+            tops: list[tuple[Any, ...]] = []
+            for row in db.execute(
+                f"SELECT {_LISTED} FROM sessions {clauses} ORDER BY active DESC, id DESC", args
+            ):
+                if row[1] not in named:
+                    tops.append(row)
+                    if len(tops) >= limit:
+                        break
+            (total,) = db.execute(f"SELECT COUNT(*) FROM sessions {clauses}", args).fetchone()
+            (children_total,) = db.execute(
+                f"SELECT COUNT(*) FROM sessions {where} id IN (SELECT value FROM json_each(?))",
+                [*args, json.dumps(sorted(named))],
+            ).fetchone()
+            rows, level = list(tops), tops
+            for _depth in range(8):
+                wanted = sorted({c for r in level for c in json.loads(r[17] or "[]")})
+                if not wanted:
+                    break
+                level = db.execute(
+                    f"SELECT {_LISTED} FROM sessions {where} id IN "
+                    "(SELECT value FROM json_each(?)) ORDER BY active DESC, id DESC",
+                    [*args, json.dumps(wanted)],
+                ).fetchall()
+                rows += level
+            files = self._files_of([r[0] for r in rows])
+        return [_listed(row, files.get(row[0], [])) for row in rows], total - children_total
+
+    def _files_of(self, skeys: list[str]) -> dict[str, list[tuple[str, bool, bool, int]]]:
+        files: dict[str, list[tuple[str, bool, bool, int]]] = {}
+        for skey, path, residue, unterm, line in self._reader.execute(
+            "SELECT skey, path, residue, unterminated, line FROM files "
+            "WHERE skey IN (SELECT value FROM json_each(?)) ORDER BY skey, file",
+            (json.dumps(skeys),),
+        ):
+            files.setdefault(skey, []).append((path, bool(residue), bool(unterm), line))
+        return files
+
     # ------------------------------------------------------------------ search
 
     def search(

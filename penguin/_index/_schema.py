@@ -23,8 +23,9 @@ __all__ = ["BUSY_TIMEOUT_MS", "connect", "fts5_available"]
 BUSY_TIMEOUT_MS: Final = 30_000
 
 # 2 and 3 were the server's own index; 4 the shared one; 5 checkpoints a file's ctime too;
-# 6 adds ``sessions.archived``.
-_VERSION: Final = 6
+# 6 adds ``sessions.archived``; 7 indexes the parents, so a listing of the latest sessions
+# reads those alone.
+_VERSION: Final = 7
 
 _TABLES: Final = ("meta", "files", "sessions", "usage", "errors", "docs", "fts")
 
@@ -43,7 +44,9 @@ CREATE TABLE IF NOT EXISTS sessions (skey TEXT PRIMARY KEY, id TEXT NOT NULL, pr
     runs INTEGER, unreadable INTEGER, title TEXT, is_child INTEGER, children TEXT, max_turns INTEGER,
     last_error TEXT, diagnostics TEXT, latest TEXT, error TEXT, archived INTEGER, fold BLOB);
 CREATE INDEX IF NOT EXISTS sessions_id ON sessions(id);
-CREATE INDEX IF NOT EXISTS sessions_active ON sessions(active);
+CREATE INDEX IF NOT EXISTS sessions_active ON sessions(active, id);
+CREATE INDEX IF NOT EXISTS sessions_parents ON sessions(children, project, agent)
+    WHERE children != '[]';
 CREATE TABLE IF NOT EXISTS usage (skey TEXT NOT NULL, session TEXT, project TEXT, agent TEXT,
     model TEXT, kind TEXT, cache_read INTEGER, cache_write INTEGER, output INTEGER,
     total INTEGER, time TEXT, file INTEGER, ordinal INTEGER);

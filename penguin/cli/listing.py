@@ -19,7 +19,7 @@ from eventstore import DataRoot, Diagnostic, SessionInfo, lock_path_of, probe_lo
 if TYPE_CHECKING:
     from penguin._index import IndexedSession
 
-__all__ = ["SessionRow", "list_sessions", "writer_holds"]
+__all__ = ["SessionRow", "list_sessions", "recent_sessions", "writer_holds"]
 
 
 @dataclass(slots=True)
@@ -125,3 +125,24 @@ def list_sessions(
             continue
         rows.append(_row(s))
     return rows
+
+
+def recent_sessions(
+    root: DataRoot,
+    *,
+    project: str | None = None,
+    agent: str | None = None,
+    limit: int,
+    archived: bool = False,
+) -> tuple[list[SessionRow], int]:
+    """The ``limit`` most recently active top-level sessions (no listed session names them as
+    its child), each followed by its descendants, and how many top-level sessions there are —
+    of the archived sessions or of the others:
+    ``list_sessions`` cut to what a screen shows, reading only those rows of the index (a
+    listing of a large fleet costs its catch-up check, not a row per session)."""
+    from penguin._index import Index
+
+    with Index(root) as index:
+        index.refresh(project=project, agent=agent)
+        listed, tops = index.recent(limit, project=project, agent=agent, archived=archived)
+    return [_row(s) for s in listed], tops

@@ -332,6 +332,52 @@ def test_listing_fits_80_columns_and_nests_children(tmp_path: Path) -> None:
     ] == sid_of(3)
 
 
+def test_a_screenful_reads_only_the_rows_it_shows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sessions -n N`` (and the default 20) reads the N latest top-level sessions and their
+    descendants from the index, not a row per session, and shows what the full listing shows
+    first: children under their parent, an orphaned child at top level, the count left out."""
+    import penguin._index._index as index_module
+
+    home = tmp_path / "home"
+    now = time.time()
+    parent, child, grandchild, orphan = sid_of(1), sid_of(2), sid_of(3), sid_of(4)
+    write_records(
+        trace_file(home, sid=parent), [meta(parent), b.user_text("lead"), b.subagent(child)]
+    )
+    write_records(
+        trace_file(home, sid=child),
+        [meta(child, source="subagent"), b.user_text("sub"), b.subagent(grandchild)],
+    )
+    write_records(
+        trace_file(home, sid=grandchild), [meta(grandchild, source="subagent"), b.user_text("g")]
+    )
+    write_records(
+        trace_file(home, sid=orphan), [meta(orphan, source="subagent"), b.user_text("lost")]
+    )
+    for n in range(6):
+        make_session(home, 10 + n, active=now - 50 - 100 * n)
+    full = json.loads(invoke("--home", home, "sessions", "--json").stdout)
+    assert len(full) == 10
+    built: list[int] = []
+    real = index_module._listed
+
+    def counting(*args: Any) -> Any:
+        built.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(index_module, "_listed", counting)
+    for n in range(1, 9):
+        built.clear()
+        cut = json.loads(invoke("--home", home, "sessions", "-n", str(n), "--json").stdout)
+        assert cut == full[: len(cut)]
+        assert len(built) == len(cut)  # the rows shown, nothing else
+        assert sum(r["parent"] is None for r in cut) == n
+    text = invoke("--home", home, "sessions", "-n", "2").stdout
+    assert text.rstrip().endswith("6 more (use -n)")  # 8 top-level sessions, parent's family one
+
+
 def test_an_ambiguous_prefix_is_an_input_error(tmp_path: Path) -> None:
     home = tmp_path / "home"
     make_session(home, 1, active=time.time())

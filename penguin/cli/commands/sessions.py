@@ -201,7 +201,7 @@ def sessions(
     holding its lock.  This is not `penguin archive`, which moves trace files to object storage.
     """
     from penguin.cli.diagnose import report
-    from penguin.cli.listing import list_sessions
+    from penguin.cli.listing import list_sessions, recent_sessions
 
     with errors_to_exit_codes():
         if limit is not None and limit <= 0:
@@ -215,15 +215,22 @@ def sessions(
             _mark(g, target, archived=archive is not None)
             return
         root = g.existing_root()
-        rows = list_sessions(root, project=g.project, agent=g.agent)
-        rows = [r for r in rows if r.archived == archived]
-        if cwd:
-            here = str(Path.cwd().resolve())
-            rows = [r for r in rows if r.workspace is not None and _same(r.workspace, here)]
         # The latest DEFAULT_SHOWN on a screen (5,000 rows help nobody); --json lists all.
         shown = limit if limit is not None else None if as_json else DEFAULT_SHOWN
+        if shown is not None and not cwd:
+            # Only the rows shown are read from the index.
+            rows, tops = recent_sessions(
+                root, project=g.project, agent=g.agent, limit=shown, archived=archived
+            )
+        else:
+            rows = list_sessions(root, project=g.project, agent=g.agent)
+            rows = [r for r in rows if r.archived == archived]
+            if cwd:
+                here = str(Path.cwd().resolve())
+                rows = [r for r in rows if r.workspace is not None and _same(r.workspace, here)]
+            tops = sum(1 for r in rows if r.parent is None)
         nested = _nest(rows, shown)
-        hidden = sum(1 for r in rows if r.parent is None) - sum(1 for d, _r in nested if d == 0)
+        hidden = tops - sum(1 for d, _r in nested if d == 0)
         for _depth, row in nested:
             if row.diagnostics:
                 report(err_console(), row.diagnostics)
