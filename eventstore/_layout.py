@@ -274,21 +274,23 @@ class DataRoot:
         named, not stat-ed.  Archived files are listed where they were, with their record's
         size and mtime.  The symlink rule is ``sessions()``'s."""
         check = _OutsideCheck(self.home.resolve(), skip=True)
-        grouped: dict[tuple[str, str, str], list[tuple[int, str, str, Listed]]] = {}
+        out: dict[tuple[str, str, str], SessionFiles] = {}
+        # A session whose files lie in two date directories (not the layout, R-ROOT-3, but
+        # listed as ``sessions()`` lists it) is merged, sorted by (index, date, path).
+        spread: dict[tuple[str, str, str], list[tuple[int, str, str, Listed]]] = {}
         for proj, ag, date, directory in self._trace_dirs(project, agent, check):
             for sid, files in list_directory(directory, check).items():
-                group = grouped.setdefault((proj, ag, sid), [])
-                group += [(listed[0], date, listed[1], listed) for listed in files]
-        out: list[SessionFiles] = []
-        for (proj, ag, sid), entries in grouped.items():
-            if len(entries) > 1:
-                entries.sort(key=lambda e: e[:3])
-            out.append(
-                SessionFiles(
-                    proj, ag, sid, tuple(e[2] for e in entries), latest_stat(entries[-1][3])
+                key = (proj, ag, sid)
+                entries = [(f[0], date, f[1], f) for f in files]
+                if key in out:
+                    entries += spread.get(key, [])
+                spread[key] = entries
+                if len(entries) > 1:
+                    entries.sort(key=lambda e: e[:3])
+                out[key] = SessionFiles(
+                    proj, ag, sid, tuple([e[2] for e in entries]), latest_stat(entries[-1][3])
                 )
-            )
-        return out
+        return list(out.values())
 
     def session_info(self, listed: SessionFiles, *, fetch: bool = True) -> SessionInfo | None:
         """The ``SessionInfo`` that ``sessions(fetch=fetch)`` lists for a session of
