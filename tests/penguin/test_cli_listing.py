@@ -376,6 +376,16 @@ def test_a_screenful_reads_only_the_rows_it_shows(
         assert sum(r["parent"] is None for r in cut) == n
     text = invoke("--home", home, "sessions", "-n", "2").stdout
     assert text.rstrip().endswith("6 more (use -n)")  # 8 top-level sessions, parent's family one
+    # Archived and not: the child of an archived parent is a top-level row of the listing.
+    assert invoke("--home", home, "sessions", "--archive", parent[-8:]).exit_code == 0
+    for flags in ([], ["--archived"]):
+        full = json.loads(invoke("--home", home, "sessions", *flags, "--json").stdout)
+        for n in range(1, 10):
+            cut = json.loads(
+                invoke("--home", home, "sessions", *flags, "-n", str(n), "--json").stdout
+            )
+            assert cut == full[: len(cut)]
+    assert [r["session_id"] for r in full] == [parent]
 
 
 def test_an_ambiguous_prefix_is_an_input_error(tmp_path: Path) -> None:
