@@ -691,6 +691,9 @@ class SessionHost:
                 raise ApiError(
                     409, "nothing_recorded", "the session has no records to mark yet"
                 ) from None
+            # The stream carries every record of the trace (R-SRV-6/8): the mark too, at its
+            # position, and the next load continues after it.
+            h.position = await self._publish_new(h)
 
 
 async def _recorded(root: DataRoot, h: Hosted, host: SessionHost) -> Resolved:

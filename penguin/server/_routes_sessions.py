@@ -229,6 +229,8 @@ async def archive_session(request: Request) -> Response:
     body = await read_body(request, ArchiveBody, limit=ctx.body_limit)
     h = await ctx.host.get(request.path_params["id"])
     await ctx.host.set_archived(h, body.archived)
+    # Other pages' lists follow (the Web App lists again on it).
+    ctx.events.publish_server({"type": "session_archived", "id": h.id, "archived": body.archived})
     await anyio.to_thread.run_sync(ctx.index.refresh)
     indexed = await anyio.to_thread.run_sync(ctx.index.session_row, h.id)
     return json_response(ctx.row(h, indexed))

@@ -73,6 +73,34 @@ async def test_archive_hides_unarchive_shows_and_both_survive_a_restart(tmp_path
     assert marks(tmp_path, gone) == [True, False]
 
 
+async def test_the_mark_is_on_the_session_stream_at_its_position(tmp_path: Path) -> None:
+    """R-SRV-8: event ids are trace positions; the mark is a record of the trace, so the
+    session's stream carries it with its position, the next task's records follow it, and
+    /api/events tells other pages' lists."""
+    llm = scripted([{"text": "one"}], [{"text": "two"}])
+    async with served(tmp_path, llm_factory=llm, approval="allow-all") as s:
+        sid = await s.new_session()
+        await run_task(s, sid)
+        async with (
+            s.client.stream("GET", "/api/events") as events,
+            s.client.stream("GET", f"/api/sessions/{sid}/stream") as resp,
+        ):
+            told, rd = Reader(events), Reader(resp)
+            await told.opened()
+            await rd.until(is_server("task_state"))
+            assert (await s.post(f"/api/sessions/{sid}/archive", {"archived": True})).is_success
+            mark = (await rd.until(lambda e: "session_archived" in e.data))[-1]
+            await told.until(is_server("session_archived", id=sid, archived=True))
+            assert (await s.post(f"/api/sessions/{sid}/tasks", TEXT)).status_code == 202
+            after = await rd.until(is_server("task_state", state="idle"))
+        (path,) = sorted(tmp_path.rglob(f"{sid}_*.jsonl"))
+        lines = path.read_text().splitlines()
+        at = next(i for i, line in enumerate(lines) if "session_archived" in line)
+        assert mark.id == f"1:{at}"
+        ids = [e.id for e in after if e.event is None and e.id and "+" not in e.id]
+        assert ids[0] == f"1:{at + 1}" and ids[-1] == f"1:{len(lines) - 1}"
+
+
 async def test_a_running_session_is_409_and_nothing_is_written(tmp_path: Path) -> None:
     llm = scripted([{"text": "hello"}], [{"sleep_ms": 60_000}])
     async with served(tmp_path, llm_factory=llm, approval="allow-all") as s:

@@ -135,7 +135,7 @@ export function sessionsView(root) {
           draw();
         } else reload();
         if (ev.state === "idle") reload();
-      } else if (ev.type === "session_created") reload();
+      } else if (ev.type === "session_created" || ev.type === "session_archived") reload();
     },
   });
   load();
