@@ -5,7 +5,7 @@ Owns: the MCP server (the SDK's ``MCPServer``) and its tools over one data root 
 and ``sql`` — each a read of the traces, never a write; the stdio transport; the streamable HTTP
 transport bound to 127.0.0.1 behind the server token (``Authorization: Bearer``) and the
 Host/Origin checks that stop DNS rebinding.  Does not: implement the trace tools (``replay``,
-``penguin.cli.listing``) or take a session's lock.
+``penguin.cli.listing``, the session index ``penguin._index``) or take a session's lock.
 
 The ``mcp`` SDK is imported only here, so other commands do not pay for it.
 """
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
-from eventstore import DataRoot, TextPayload, ToolCallOutputPayload, iter_trace
+from eventstore import DataRoot
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -102,20 +102,25 @@ class TraceTools:
         )
 
     def search_sessions(self, text: str, limit: int = 20) -> str:
-        """Sessions whose messages (prompts, answers, tool outputs) contain TEXT, ignoring
-        case: each match with its place (file:line) and a snippet."""
-        needle = text.casefold()
-        if not needle.strip():
+        """Sessions whose prompts, answers, tool calls or tool outputs (the first 4 KiB of each)
+        match TEXT, most recently active first, from the session index (as `penguin search`):
+        SQLite FTS5 query syntax — words (all must match, any order, case and accents ignored),
+        "an exact phrase", prefix*, AND/OR/NOT, NEAR(a b, 5).  Each session with its best hit:
+        "at" is FILE:ORDINAL (what request_at takes), "kind" what matched, and a snippet whose
+        matching parts have "match": true."""
+        from penguin._index import Index, QuerySyntaxError
+
+        if not text.strip():
             raise ValueError("give some text to search for")
-        hits: list[dict[str, Any]] = []
-        for info in self.root.sessions():
-            for path in info.files:
-                hit = _first_hit(path, needle)
-                if hit is not None:
-                    hits.append({"session_id": info.session_id, **hit})
-                if len(hits) >= limit:
-                    return _json(hits)
-        return _json(hits)
+        with Index(self.root) as index:
+            index.refresh()
+            try:
+                hits = index.search(text, limit=max(1, min(limit, _MAX_ROWS)))
+            except QuerySyntaxError as exc:
+                raise ValueError(
+                    f"{exc}; put punctuation other than the query syntax in double quotes"
+                ) from None
+        return _json([h.as_dict() for h in hits])
 
     def transcript(self, session: str) -> str:
         """A session's transcript as Markdown."""
@@ -175,22 +180,6 @@ TOOL_NAMES: Final = (
     "diff",
     "sql",
 )
-
-
-def _first_hit(path: Path, needle: str) -> dict[str, Any] | None:
-    for line, record in enumerate(iter_trace(path), start=1):
-        payload = record.payload
-        if isinstance(payload, TextPayload):
-            body = payload.text
-        elif isinstance(payload, ToolCallOutputPayload):
-            body = payload.output
-        else:
-            continue
-        at = body.casefold().find(needle)
-        if at >= 0:
-            snippet = body[max(0, at - 80) : at + len(needle) + 80]
-            return {"at": f"{path.name}:{line}", "snippet": snippet}
-    return None
 
 
 def build_server(root: DataRoot) -> MCPServer:

@@ -80,10 +80,22 @@ async def test_r_mcp_5_the_trace_tools_over_stdio(tmp_path: Path) -> None:
             sessions = json.loads((await call(tools, "p__list_sessions")).output)
             assert {s["session_id"] for s in sessions} == {first, second}
 
+            # The session index's full-text search (as `penguin search`): FTS5 syntax, each
+            # hit's FILE:ORDINAL ready for request_at.
             found = json.loads(
                 (await call(tools, "p__search_sessions", text="NOTHING ELSE")).output
             )
             assert [hit["session_id"] for hit in found] == [first]
+            assert [s["text"] for s in found[0]["snippet"] if s["match"]] == ["nothing", "else"]
+            phrase = json.loads(
+                (await call(tools, "p__search_sessions", text='"only a" OR else')).output
+            )
+            assert [hit["session_id"] for hit in phrase] == [second, first]
+            assert found[0]["kind"] == "assistant"
+            at = await call(tools, "p__request_at", session=first, position=found[0]["at"])
+            assert at.stop_reason != "failed", at.output
+            bad = await call(tools, "p__search_sessions", text='"unclosed')
+            assert bad.stop_reason == "failed" and "invalid search query" in bad.output
 
             transcript = (await call(tools, "p__transcript", session=first)).output
             assert "what is there?" in transcript and "a pebble, nothing else" in transcript
