@@ -37,6 +37,7 @@ from ._schema import (
     OmniMessage,
     RequestEndPayload,
 )
+from .archive import fetch_to_write
 from .builders import is_recordable
 
 __all__ = ["FsyncPolicy", "TraceWriter"]
@@ -130,6 +131,9 @@ class TraceWriter:
                 ) from exc
         self._lock_fd = self._acquire_lock()
         try:
+            # The file was chosen before the lock was taken: an archive may have removed it
+            # meanwhile (it holds the lock while it does); never start an empty file over it.
+            fetch_to_write(path, session_id)
             self._fd, self._offset = self._open_trace(path, reuse_residue=False)
         except BaseException:
             os.close(self._lock_fd)

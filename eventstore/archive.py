@@ -17,6 +17,12 @@ fetched back keeps its record entry: archiving it again then only checks the has
 the local copy.  A local file that differs from its entry (a resumed session appended to it) is
 the truth, and is uploaded again by the next archive.
 
+Archiving and writing are serialized by the session lock: ``archive_session`` lists and removes
+files only while holding it, and a writer that takes it checks the record before it opens its
+file (``fetch_to_write``).  A writer chooses its file before it locks (resume finds the latest),
+so an archive can remove that file in between; opening it then would start an empty file under
+its name, which every reader would take for the truth and the archived content would be hidden.
+
 fsspec and s3fs are imported on first use (the ``archive`` extra), never by ``import eventstore``.
 """
 
@@ -54,6 +60,7 @@ __all__ = [
     "archived_entry",
     "archived_files",
     "fetch_missing",
+    "fetch_to_write",
     "idle_sessions",
     "read_record",
     "record_path",
@@ -206,7 +213,7 @@ def archive_session(
     _no_secrets(to)
     if endpoint_url is not None:
         _no_secrets(endpoint_url)
-    loc, local = root._local_files(session_id, project=project, agent=agent)
+    loc, _local = root._local_files(session_id, project=project, agent=agent)
     directory = root.traces_dir(loc.project, loc.agent) / loc.date
     record = record_path(directory, session_id)
     base = to.rstrip("/")
@@ -218,6 +225,9 @@ def archive_session(
         base_path = fs._strip_protocol(base)
     fd = take_lock(directory / f"{session_id}.lock", session_id=session_id, sync=False)
     try:
+        # Listed again under the lock: a writer that ran between the first listing and the
+        # lock may have rotated into a new file.
+        local = root._local_files(session_id, project=loc.project, agent=loc.agent)[1]
         entries = {e.name: e for e in read_record(record)}
         outcomes: list[ArchiveOutcome] = []
         for path in local:
@@ -353,6 +363,22 @@ def fetch_missing(
             )
         fetched.append(_fetch(directory, entry) if fetch else directory / entry.name)
     return fetched
+
+
+def fetch_to_write(path: Path, session_id: str) -> None:
+    """For a writer holding ``session_id``'s lock, before it opens ``path``: when the file is
+    not on disk and the session's archive record names it (an archive removed it after the
+    writer chose it, before the lock was taken), fetch the session's archived files back, so
+    the writer continues the file rather than starting an empty one in its place.  One
+    ``stat`` when nothing is archived.  Raises ``ArchiveError`` when the file cannot be fetched
+    (nothing is created then)."""
+    if path.exists():
+        return
+    record = record_path(path.parent, session_id)
+    if not record.exists():
+        return
+    if any(e.name == path.name for e in read_record(record)):
+        fetch_missing(path.parent, session_id, set(os.listdir(path.parent)))
 
 
 def archived_entry(path: Path) -> ArchivedFile | None:

@@ -1,18 +1,23 @@
 """The incremental Parquet cache of the analytics views, under a data root.
 
-Owns: ``<home>/.cache/analytics-v1/`` -- a manifest (JSON) and Parquet segments in two
+Owns: ``<home>/.cache/analytics-v1/`` -- a manifest (JSON: the root's listing, ``_scan``, each
+session's generation, each file's cursor) and Parquet segments in two
 layers: ``lines`` (each trace file's classified lines, the ``_cls`` rows of ``_load``, appended
 by byte offsets read with ``eventstore.tail``) and one per public view (each session's rows,
 rebuilt from ``lines`` when one of its files changed) -- the refresh that brings them up to
-date with the files, and the views of a cached fleet over the segments.  Does not: decide a
-line or fold a record: the SQL of ``_load`` and ``_views`` does, exactly as without the cache.
+date with the files, and the views of a cached fleet over the segments.  Does not: list the
+root or say which files changed (``_scan``), decide a line or fold a record: the SQL of
+``_load`` and ``_views`` does, exactly as without the cache.
 
 The cache is a projection, never a source of truth: deleting the directory loses nothing
 (the next query rebuilds it), and a file that shrank, was replaced (another inode, or the
 bytes before the cursor differ) or disappeared is read again from its start or dropped.  A
 session's view rows are valid while every one of its files has the size, modification time
-and inode recorded when they were computed; a file's classified lines while its inode is the
-same and the last bytes before its cursor are unchanged.  Rows are tagged with a generation
+and inode recorded when they were computed (``_scan`` says which may have changed); a file's
+classified lines while its inode is the same and the last bytes before its cursor are
+unchanged.  An archived file (on object storage, ``eventstore.archive``) is immutable: its
+cached lines stay valid while its record's size and mtime are those of the cursor, so a query
+fetches it back only when it was never read whole.  Rows are tagged with a generation
 (``gen``): a file or session read again gets a new one, and only the manifest's generations
 are read, so segments that a concurrent refresh wrote are never counted twice.
 """
@@ -30,52 +35,65 @@ from typing import TYPE_CHECKING, Final
 
 import msgspec
 
-from eventstore import tail, write_private
+from eventstore import parse_trace_name, tail, write_private
+from eventstore.archive import fetch_missing
 
 from ._load import classify_files, classify_slices, decide, prepare, records_and_diagnostics
-from ._sources import TraceFile
+from ._scan import ARCHIVED, Dir, Key, Scan, scan_root
 from ._views import VIEWS, create_views, store_fold
 
 if TYPE_CHECKING:
     import duckdb
 
-__all__ = ["CacheInfo", "cache_dir", "cached_views"]
+__all__ = ["CacheInfo", "Refresh", "cache_dir", "cached_views", "plan_refresh"]
 
 _DIR: Final = ("analytics-v1",)
 _LINES: Final = "lines"
-_LIVE: Final = "live"  # (session_id, gen) of every session of the manifest
 _LAYERS: Final = (_LINES, *VIEWS)
 # A layer with more segments than this is rewritten into one (dead generations dropped).
 _MAX_SEGMENTS: Final = 8
+# The view layers are rewritten too once this many sessions' rows are superseded in them.
+_MAX_SUPERSEDED: Final = 1000
 # A segment a compaction replaced is deleted this much later: a query that opened the old
 # manifest may still be reading it.
 _RETIRE_S: Final = 600.0
 # How many bytes before a file's cursor must be unchanged for its cached lines to stay valid.
 _CHECK_BYTES: Final = 256
 
-FileKey = tuple[str, int, int, int]  # path, size, mtime_ns, inode
+_VERSION: Final = 2
 
 
 class _File(msgspec.Struct, array_like=True):
+    """A file's cursor: its lines up to ``line`` (bytes up to ``offset``) are cached with
+    generation ``gen``; ``ino``, ``mtime_ns`` and ``check`` (a hash of the bytes before the
+    offset) say whether they still are."""
+
     gen: int
     offset: int
     ordinal: int
     line: int
     ino: int
     check: str
+    mtime_ns: int = 0
 
 
-class _Session(msgspec.Struct, array_like=True):
-    gen: int
-    files: list[FileKey]
+def _no_cursors() -> msgspec.Raw:
+    return msgspec.Raw(b"{}")
 
 
 class _Manifest(msgspec.Struct):
-    version: int = 1
+    version: int = _VERSION
     max_line_bytes: int = 0
     next_gen: int = 1
-    files: dict[str, _File] = {}
-    sessions: dict[str, _Session] = {}
+    #: ``{path: _File}``, decoded only by a refresh that reads files (a warm query needs none).
+    files: msgspec.Raw = msgspec.field(default_factory=_no_cursors)
+    #: Each session's generation: its rows in the view segments.
+    sessions: dict[str, int] = {}
+    #: The root's listing the sessions' rows were computed from (``_scan``).
+    dirs: dict[str, Dir] = {}
+    #: Generations whose rows the view segments still hold but no session has any more (it was
+    #: folded again, or is gone): left out by the views until a compaction drops them.
+    superseded: list[int] = []
     segments: dict[str, list[str]] = {}
     retired: dict[str, float] = {}
 
@@ -108,7 +126,7 @@ def _load_manifest(directory: Path, max_line_bytes: int) -> _Manifest:
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return _Manifest(max_line_bytes=max_line_bytes)
     segments_there = all((directory / s).is_file() for segs in m.segments.values() for s in segs)
-    if m.version != 1 or m.max_line_bytes != max_line_bytes or not segments_there:
+    if m.version != _VERSION or m.max_line_bytes != max_line_bytes or not segments_there:
         return _Manifest(max_line_bytes=max_line_bytes)
     return m
 
@@ -125,12 +143,13 @@ def _tail_hash(path: str, offset: int) -> str:
 
 
 def _read(
-    path: str, known: _File | None, ino: int, size: int, m: _Manifest, max_line_bytes: int
+    path: str, known: _File | None, key: Key, m: _Manifest, max_line_bytes: int
 ) -> tuple[_File, _File, bytes | None, bytes]:
     """The cursor the read starts from (the old one while the cached lines before it are
     valid, else a new generation at 0), the new cursor, the new complete lines (``None``: the
     whole file is read, from its path), and the bytes after them (an unterminated last line,
     or lines appended meanwhile: classified for this query, never cached)."""
+    _name, size, mtime_ns, ino = key
     valid = (
         known is not None
         and known.ino == ino
@@ -151,6 +170,7 @@ def _read(
             line=data.count(b"\n", 0, cut),
             ino=ino,
             check=_tail_hash(path, cut),
+            mtime_ns=mtime_ns,
         )
         return start, state, None, b""
     # Only what was appended: ``tail`` from the cursor (complete lines; an unterminated last
@@ -169,94 +189,128 @@ def _read(
         line=read.line,
         ino=ino,
         check=_tail_hash(path, read.offset),
+        mtime_ns=mtime_ns,
     )
     return known, state, new, rest
 
 
-def cached_views(
-    con: duckdb.DuckDBPyConnection,
-    home: str | os.PathLike[str],
-    files: Sequence[TraceFile],
-    *,
-    show: set[str] | None,
-    max_line_bytes: int,
-) -> tuple[CacheInfo, dict[str, str]] | None:
-    """Refresh the cache of ``home`` for ``files`` (every trace file of the root), then create
-    the public views over its segments for the sessions ``show`` (all when ``None``): returns
-    what the refresh did and each view's ``CREATE VIEW`` statement, for the caller to run when a
-    query first names it.  Returns ``None``, having created nothing, when the cache cannot be
-    written (a read-only root): the caller builds the views from the files instead."""
+@dataclass(frozen=True, slots=True)
+class Refresh:
+    """A data root's cache before its refresh: its manifest and the root's listing (taken
+    before DuckDB is opened: nothing of the cache needs it to know what changed)."""
+
+    directory: Path
+    manifest: _Manifest
+    scan: Scan
+
+
+def plan_refresh(home: str | os.PathLike[str], *, max_line_bytes: int) -> Refresh | None:
+    """Load the cache's manifest and list the root ``home`` against it; ``None`` when the
+    cache cannot be written (a read-only root: the caller reads the files instead)."""
     directory = cache_dir(home)
     try:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError:
         return None
     m = _load_manifest(directory, max_line_bytes)
-    stats: dict[str, os.stat_result] = {}
-    by_session: dict[str, list[TraceFile]] = {}
-    for f in files:
-        try:
-            stats[f.path] = os.stat(f.path)
-        except OSError:
-            continue
-        by_session.setdefault(f.session_id, []).append(f)
-    keys = {
-        sid: sorted(
-            (f.path, stats[f.path].st_size, stats[f.path].st_mtime_ns, stats[f.path].st_ino)
-            for f in fs
-        )
-        for sid, fs in by_session.items()
-    }
-    dirty = sorted(
-        sid for sid, k in keys.items() if sid not in m.sessions or m.sessions[sid].files != k
-    )
-    gone = [sid for sid in m.sessions if sid not in keys]
+    return Refresh(directory, m, scan_root(home, m.dirs))
+
+
+def cached_views(
+    con: duckdb.DuckDBPyConnection,
+    plan: Refresh,
+    *,
+    show: set[str] | None,
+    max_line_bytes: int,
+) -> tuple[CacheInfo, dict[str, str]] | None:
+    """Refresh the cache ``plan`` describes, then create the public views over its segments
+    for the sessions ``show`` (all when ``None``): returns what the refresh did and each view's
+    ``CREATE VIEW`` statement, for the caller to run when a query first names it.  Returns
+    ``None``, having created nothing, when the cache cannot be written: the caller builds the
+    views from the files instead."""
+    directory, m, scan = plan.directory, plan.manifest, plan.scan
+    dirty = sorted(sid for sid in scan.present if sid in scan.changed or sid not in m.sessions)
+    gone = [sid for sid in m.sessions if sid not in scan.present]
     info = CacheInfo(directory, len(dirty), 0, 0)
-    if dirty or gone or any(layer not in m.segments for layer in _LAYERS):
-        try:
-            info = _rebuild(con, directory, m, by_session, keys, dirty, gone, stats, max_line_bytes)
-        except OSError:
-            _drop_build_tables(con)
-            return None
+    try:
+        if dirty or gone or any(layer not in m.segments for layer in _LAYERS):
+            info = _rebuild(con, directory, m, scan, dirty, gone, max_line_bytes)
+        elif scan.relisted:
+            # Nothing to fold again, but a directory was listed again (a lock file came or
+            # went, a racy listing settled): recorded, so the next query need not list it.
+            m.dirs = scan.dirs
+            write_private(directory / "manifest.json", msgspec.json.encode(m))
+    except OSError:
+        _drop_build_tables(con)
+        return None
     pending = _create_cached_views(con, directory, m, show)
     segments = tuple(str(directory / s) for segs in m.segments.values() for s in segs)
     info = CacheInfo(info.path, info.sessions_rebuilt, info.files_read, info.bytes_read, segments)
     return info, pending
 
 
+def _cursors(m: _Manifest) -> dict[str, _File]:
+    try:
+        return msgspec.json.decode(m.files, type=dict[str, _File])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return {}  # every file is read again from its start
+
+
+def _archived_cursor(known: _File | None, key: Key) -> bool:
+    """Whether the cached lines of an archived file (``key`` from its record) are the whole
+    file as archived: then they stand, and the file is not fetched back."""
+    return known is not None and known.offset == key[1] and known.mtime_ns == key[2]
+
+
+def _fetch_back(path: str) -> Key:
+    """Fetch an archived file back (its lines are not all cached); its key on disk now."""
+    where = Path(path)
+    parsed = parse_trace_name(where.name)
+    if parsed is not None:
+        present = set(os.listdir(where.parent))
+        fetch_missing(where.parent, parsed[0], present)
+    st = os.stat(path)
+    return (where.name, st.st_size, st.st_mtime_ns, st.st_ino)
+
+
 def _rebuild(
     con: duckdb.DuckDBPyConnection,
     directory: Path,
     m: _Manifest,
-    by_session: dict[str, list[TraceFile]],
-    keys: dict[str, list[FileKey]],
+    scan: Scan,
     dirty: list[str],
     gone: list[str],
-    stats: dict[str, os.stat_result],
     max_line_bytes: int,
 ) -> CacheInfo:
-    ordered = prepare(
-        con, [f for sid in dirty for f in by_session[sid]], max_line_bytes=max_line_bytes
-    )
+    keyed = {f.path: (f, key) for f, key in scan.keyed(set(dirty))}
+    cursors = _cursors(m)
+    ordered = prepare(con, [f for f, _key in keyed.values()], max_line_bytes=max_line_bytes)
     slices: list[tuple[int, bytes, int, bool]] = []
     whole: list[str] = []  # files read from their start
     keep: list[tuple[int, str, int, int]] = []  # fid, path, gen, last cached line
     persist: list[tuple[int, str, int, int]] = []  # fid, path, gen, last line to cache
     states: dict[str, _File] = {}
-    read_bytes = 0
+    read_bytes = files_read = 0
     for fid, f in enumerate(ordered):
-        st = stats[f.path]
+        key = keyed[f.path][1]
+        known = cursors.get(f.path)
+        if key[3] == ARCHIVED:
+            if _archived_cursor(known, key):
+                assert known is not None
+                if known.line:
+                    keep.append((fid, f.path, known.gen, known.line))
+                states[f.path] = known
+                continue
+            key = _fetch_back(f.path)  # ArchiveError when it cannot be: as without the cache
         try:
-            start, state, new, rest = _read(
-                f.path, m.files.get(f.path), st.st_ino, st.st_size, m, max_line_bytes
-            )
+            start, state, new, rest = _read(f.path, known, key, m, max_line_bytes)
         except FileNotFoundError:
             continue  # gone since the listing: like a file listed and then deleted
         if start.line:
             keep.append((fid, f.path, state.gen, start.line))
         if new is None:
             whole.append(f.path)
-            read_bytes += st.st_size
+            read_bytes += key[1]
         elif new:
             slices.append((fid, new, start.line, start.offset == 0))
         if rest:
@@ -264,6 +318,7 @@ def _rebuild(
         if new is None or new:
             persist.append((fid, f.path, state.gen, state.line))
         read_bytes += len(new or b"") + len(rest)
+        files_read += 1
         states[f.path] = state
     classify_files(con, whole, max_line_bytes=max_line_bytes)
     classify_slices(con, slices, max_line_bytes=max_line_bytes)
@@ -300,14 +355,16 @@ def _rebuild(
     create_views(con)
     store_fold(con)
     for sid in gone:
-        del m.sessions[sid]
+        m.superseded.append(m.sessions.pop(sid))
     for sid in dirty:
-        m.sessions[sid] = _Session(gen=m.gen(), files=keys[sid])
+        if sid in m.sessions:
+            m.superseded.append(m.sessions[sid])
+        m.sessions[sid] = m.gen()
     _table(
         con,
         "_sgen",
         ["session_id", "gen"],
-        [(sid, m.sessions[sid].gen) for sid in dirty],
+        [(sid, m.sessions[sid]) for sid in dirty],
         ["VARCHAR", "BIGINT"],
     )
     for view in VIEWS:
@@ -319,19 +376,21 @@ def _rebuild(
             f"SELECT {rows}, g.gen AS _gen FROM {view} v JOIN _sgen g USING (session_id)",
         )
     _drop_build_tables(con)
-    listed = {f.path for fs in by_session.values() for f in fs}
-    m.files = {p: s for p, s in m.files.items() if p in listed and p not in states} | states
+    listed = {
+        f"{path}/{key[0]}"
+        for path, d in scan.dirs.items()
+        for keys in d.sessions.values()
+        for key in keys
+    }
+    cursors = {p: s for p, s in cursors.items() if p in listed and p not in states} | states
+    m.files = msgspec.Raw(msgspec.json.encode(cursors))
+    m.dirs = scan.dirs
     for layer, name in written.items():
         m.segments.setdefault(layer, []).append(name)
-    _compact(con, directory, m)
-    _table(con, "_sgen", ["session_id", "gen"], _live_sessions(m), ["VARCHAR", "BIGINT"])
-    for old in m.segments.get(_LIVE, []):
-        m.retired[old] = time.time()
-    m.segments[_LIVE] = [_copy(con, directory, "SELECT * FROM _sgen")]
-    con.execute("DROP TABLE _sgen")
+    _compact(con, directory, m, cursors)
     write_private(directory / "manifest.json", msgspec.json.encode(m))
     _forget_retired(directory, m)
-    return CacheInfo(directory, len(dirty), len(states), read_bytes)
+    return CacheInfo(directory, len(dirty), files_read, read_bytes)
 
 
 def _table(
@@ -365,15 +424,18 @@ def _copy(con: duckdb.DuckDBPyConnection, directory: Path, select: str) -> str:
     return name
 
 
-def _live_sessions(m: _Manifest) -> list[tuple[str, int]]:
-    return [(sid, s.gen) for sid, s in m.sessions.items()]
-
-
-def _compact(con: duckdb.DuckDBPyConnection, directory: Path, m: _Manifest) -> None:
-    """Rewrite a layer of too many segments into one, keeping only live generations."""
+def _compact(
+    con: duckdb.DuckDBPyConnection, directory: Path, m: _Manifest, cursors: dict[str, _File]
+) -> None:
+    """Rewrite a layer of too many segments into one, keeping only live generations.  The
+    view layers (which every refresh writes together) are rewritten together, also once too
+    many sessions' rows in them are superseded; none are then."""
+    views_due = len(m.superseded) > _MAX_SUPERSEDED or any(
+        len(m.segments.get(view, [])) > _MAX_SEGMENTS for view in VIEWS
+    )
     for layer in _LAYERS:
         segments = m.segments.get(layer, [])
-        if len(segments) <= _MAX_SEGMENTS:
+        if len(segments) <= _MAX_SEGMENTS and not (layer != _LINES and views_due):
             continue
         source = f"read_parquet({_list(directory, segments)})"
         if layer == _LINES:
@@ -381,7 +443,7 @@ def _compact(con: duckdb.DuckDBPyConnection, directory: Path, m: _Manifest) -> N
                 con,
                 "_live",
                 ["path", "gen", "upto"],
-                [(p, s.gen, s.line) for p, s in m.files.items()],
+                [(p, s.gen, s.line) for p, s in cursors.items()],
                 ["VARCHAR", "BIGINT", "BIGINT"],
             )
             select = (
@@ -389,7 +451,9 @@ def _compact(con: duckdb.DuckDBPyConnection, directory: Path, m: _Manifest) -> N
                 "ON c.path = l.path AND c.gen = l.gen AND c.line_no <= l.upto"
             )
         else:
-            _table(con, "_live", ["session_id", "gen"], _live_sessions(m), ["VARCHAR", "BIGINT"])
+            _table(
+                con, "_live", ["session_id", "gen"], list(m.sessions.items()), ["VARCHAR", "BIGINT"]
+            )
             select = (
                 f"SELECT v.* FROM {source} v SEMI JOIN _live l "
                 "ON v.session_id = l.session_id AND v._gen = l.gen"
@@ -400,6 +464,8 @@ def _compact(con: duckdb.DuckDBPyConnection, directory: Path, m: _Manifest) -> N
         for old in segments:
             m.retired[old] = now
         m.segments[layer] = [name]
+    if views_due:
+        m.superseded = []
 
 
 def _forget_retired(directory: Path, m: _Manifest) -> None:
@@ -440,31 +506,28 @@ def _drop_build_tables(con: duckdb.DuckDBPyConnection) -> None:
 def _create_cached_views(
     con: duckdb.DuckDBPyConnection, directory: Path, m: _Manifest, show: set[str] | None
 ) -> dict[str, str]:
-    """Create ``_live`` (the sessions shown, with their generations); return each public
-    view's statement (binding a view reads its segments' footers: only the views a query
-    names are created)."""
-    if show is None and m.segments.get(_LIVE):
-        # The manifest's generations, written with it: no Python list to hand DuckDB.
-        con.execute(
-            "CREATE OR REPLACE TEMP VIEW _live AS SELECT * FROM "
-            f"read_parquet({_list(directory, m.segments[_LIVE])})"
-        )
+    """Return each public view's statement (binding a view reads its segments' footers: only
+    the views a query names are created).  Every session's rows, but superseded ones: left out
+    by generation (none after a compaction); for some sessions only (``show``), a ``_live``
+    table of theirs, joined."""
+    if show is None:
+        dead = ", ".join(str(gen) for gen in m.superseded)
+        keep = f"WHERE v._gen NOT IN ({dead})" if dead else ""
     else:
-        live = [(sid, gen) for sid, gen in _live_sessions(m) if show is None or sid in show]
+        live = [(sid, gen) for sid, gen in m.sessions.items() if sid in show]
         _table(con, "_live", ["session_id", "gen"], live, ["VARCHAR", "BIGINT"])
+        keep = "SEMI JOIN _live l ON v.session_id = l.session_id AND v._gen = l.gen"
     views: dict[str, str] = {}
     for view in VIEWS:
         if view == "sessions":  # R-SET-5: the status is the live one (``_status``), not cached
             views[view] = (
                 "CREATE OR REPLACE TEMP VIEW sessions AS SELECT v.* EXCLUDE (_gen), "
                 f"st.status FROM read_parquet({_list(directory, m.segments[view])}) v "
-                "LEFT JOIN _status st USING (session_id) "
-                "SEMI JOIN _live l ON v.session_id = l.session_id AND v._gen = l.gen"
+                f"LEFT JOIN _status st USING (session_id) {keep}"
             )
             continue
         views[view] = (
             f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT v.* EXCLUDE (_gen) "
-            f"FROM read_parquet({_list(directory, m.segments[view])}) v "
-            "SEMI JOIN _live l ON v.session_id = l.session_id AND v._gen = l.gen"
+            f"FROM read_parquet({_list(directory, m.segments[view])}) v {keep}"
         )
     return views

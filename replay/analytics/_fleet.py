@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from eventstore import MAX_LINE_BYTES
 
-from ._cache import CacheInfo, cached_views
+from ._cache import CacheInfo, cached_views, plan_refresh
 from ._exceptions import AnalyticsError, AnalyticsUnavailable
 from ._load import load
 from ._parquet import parquet_views
@@ -49,7 +49,10 @@ _LISTS_TABLES: Final = re.compile(
 
 
 def _names(view: str, query: str) -> bool:
-    return re.search(rf"\b{view}\b", query, re.IGNORECASE) is not None
+    """Whether ``query`` may read ``view``: a column named like it (the reports'
+    ``count(...) AS sessions``) is not a read."""
+    unaliased = re.sub(rf"\bas\s+{view}\b", " ", query, flags=re.IGNORECASE)
+    return re.search(rf"\b{view}\b", unaliased, re.IGNORECASE) is not None
 
 
 def _duckdb() -> Any:
@@ -68,7 +71,7 @@ class Fleet:
     def __init__(
         self,
         connection: duckdb.DuckDBPyConnection,
-        files: list[TraceFile],
+        files: list[TraceFile] | Callable[[], list[TraceFile]],
         *,
         read_only: bool = False,
         cache: CacheInfo | None = None,
@@ -76,13 +79,23 @@ class Fleet:
         self._con = connection
         # Cached views not created yet (``_cache``): each on the first query naming it.
         self._pending: dict[str, str] = {}
-        self.files = files
+        # A cached fleet lists its files only when asked (a warm report needs none of them).
+        self._files = files if isinstance(files, list) else None
+        self._list_files = files if callable(files) else None
         self.read_only = read_only
         #: What the Parquet cache did, when the views read it (``open_fleet(cache=True)``).
         self.cache = cache
         # The cached views read Parquet: there is no fold to compute.
         self._fold_stored = cache is not None
         self._status_stored = False
+
+    @property
+    def files(self) -> list[TraceFile]:
+        """The trace files the views read (archived ones where they were)."""
+        if self._files is None:
+            assert self._list_files is not None
+            self._files = self._list_files()
+        return self._files
 
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
@@ -225,19 +238,26 @@ def open_fleet(
         raise AnalyticsError("give one source: Parquet, not both it and trace files")
     if parquet is not None:
         return _open_parquet(duckdb, parquet, storage_options, threads=threads, read_only=read_only)
+    if traces is None and home is None:
+        env = os.environ.get("PENGUIN_HOME")
+        home = env if env else Path("~/.penguin/data").expanduser()
+
+    def chosen(files: list[TraceFile]) -> list[TraceFile]:
+        return [
+            f
+            for f in files
+            if (project is None or f.project == project) and (agent is None or f.agent == agent)
+        ]
+
+    # With the cache, the root's listing is the cache's own (``_scan``: unchanged directories
+    # are not listed again, archived files are not fetched); without it, every file.
+    plan = plan_refresh(home, max_line_bytes=max_line_bytes) if cache and home else None
+    files: list[TraceFile] | Callable[[], list[TraceFile]] = []
     if traces is not None:
         files = files_from_glob(traces)
-    else:
-        if home is None:
-            env = os.environ.get("PENGUIN_HOME")
-            home = env if env else Path("~/.penguin/data").expanduser()
-        files = files_from_root(home)
-    every_file = files
-    files = [
-        f
-        for f in files
-        if (project is None or f.project == project) and (agent is None or f.agent == agent)
-    ]
+    elif plan is None:
+        assert home is not None
+        files = chosen(files_from_root(home))
     con = duckdb.connect(":memory:")
     info: CacheInfo | None = None
     pending: dict[str, str] = {}
@@ -246,14 +266,20 @@ def open_fleet(
             con.execute(f"SET threads = {int(threads)}")
         # R-SET-5: the status column is never cached (it asks the locks when a query runs).
         create_status_table(con)
-        if cache and home is not None:
+        if plan is not None:
             show = None
             if project is not None or agent is not None:
-                show = {f.session_id for f in files}
-            cached = cached_views(con, home, every_file, show=show, max_line_bytes=max_line_bytes)
+                show = plan.scan.sessions_of(project=project, agent=agent)
+            cached = cached_views(con, plan, show=show, max_line_bytes=max_line_bytes)
             if cached is not None:
                 info, pending = cached
+                scan = plan.scan
+                files = lambda: scan.files(show)  # noqa: E731 - listed when first asked
+            else:
+                assert home is not None
+                files = chosen(files_from_root(home))
         if info is None:
+            assert isinstance(files, list)
             load(con, files, max_line_bytes=max_line_bytes)
             create_views(con)
         if read_only:

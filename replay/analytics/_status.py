@@ -3,19 +3,23 @@
 Owns: the ``_status`` table the view joins, filled on first use by folding each session's files
 with the projections (``replay._resume.folded_state``: the fold the CLI, the server and resume
 use) and asking the session's lock itself whether a writer holds it — so a crashed session reads
-``interrupted`` here as everywhere.  Computed the first time a query reads ``sessions``
+``interrupted`` here as everywhere.  A cached fleet lists archived files without fetching them
+(``_scan``); the fold needs their content, so a session's archived files are fetched back here,
+as every reader of the store gets them.  Computed the first time a query reads ``sessions``
 (``STATUS_READERS``), like the fold: a report on tool calls never pays for it.  Does not: fold
 in SQL (the status rule lives once, in ``projections``).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from eventstore import lock_path_of, parse_trace_name, probe_lock
+from eventstore.archive import fetch_missing
 
 from ._sources import TraceFile
 
@@ -47,10 +51,21 @@ def _locked(path: Path) -> bool:
         return False
 
 
+def _fetched(paths: list[Path]) -> None:
+    """Fetch back the session's archived files among ``paths`` (all in one directory,
+    R-ROOT-3); ``ArchiveError`` when one cannot be, as from any reader."""
+    missing = [p for p in paths if not p.exists()]
+    parsed = parse_trace_name(paths[-1])
+    if missing and parsed is not None:
+        directory = paths[-1].parent
+        fetch_missing(directory, parsed[0], set(os.listdir(directory)))
+
+
 def _status_of(paths: list[Path]) -> str:
     from replay._resume import folded_state  # here: the engine is loaded only when needed
 
     try:
+        _fetched(paths)
         state = folded_state(paths)
     except OSError:
         return "unreadable"

@@ -226,3 +226,50 @@ def test_credentials_in_a_url_are_refused_and_never_recorded(
         archive_session(DataRoot(home), SID, to=to, endpoint_url=endpoint)
     assert SECRET_KEY not in str(caught.value)
     assert all(f.exists() for f in files) and not record_path(files[0].parent, SID).exists()
+
+
+def test_a_writer_that_chose_its_file_before_an_archive_fetches_it_back(tmp_path: Path) -> None:
+    """The race of resume against archive, ordered by hand: the writer picks the session's
+    latest file (as ``resume`` does), an archive then takes the lock, uploads and removes it,
+    and only then does the writer take the lock.  It must fetch the file back before opening
+    it: opening it would create an empty file under the archived one's name, which every reader
+    would take for the truth (``fetch_to_write``).  Local directory target: no server needed."""
+    from eventstore import builders as b
+
+    home = tmp_path / "home"
+    files = _session(home)
+    root = DataRoot(home)
+    before = read_trace(root.trace_files(SID)).records
+    chosen = root.latest_trace(SID)  # the writer's choice, before its lock
+    outcomes = archive_session(root, SID, to=f"file://{tmp_path / 'bucket'}")
+    assert [o.status for o in outcomes] == ["archived", "archived"]
+    assert not chosen.exists()
+
+    with TraceWriter(chosen, fsync="never") as writer:
+        assert writer.offset == len(_archived_bytes(tmp_path, files[-1].name))
+        writer.append(b.user_text("after the archive"))
+
+    after = read_trace(root.trace_files(SID)).records
+    assert len(after) == len(before) + 1
+    assert after[:-1] == before
+    # The writer holds the lock while it checks: an archive waits for it, or is refused.
+    with TraceWriter(chosen, fsync="never"), pytest.raises(SessionLocked):
+        archive_session(root, SID, to=f"file://{tmp_path / 'bucket'}")
+
+
+def test_a_writer_whose_file_cannot_be_fetched_creates_nothing(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    _session(home)
+    root = DataRoot(home)
+    chosen = root.latest_trace(SID)
+    archive_session(root, SID, to=f"file://{tmp_path / 'bucket'}")
+    shutil.rmtree(tmp_path / "bucket")  # the object store lost it
+    with pytest.raises(ArchiveError):
+        TraceWriter(chosen, fsync="never")
+    assert not chosen.exists()
+    assert [e.name for e in read_record(record_path(chosen.parent, SID))][-1] == chosen.name
+
+
+def _archived_bytes(tmp_path: Path, name: str) -> bytes:
+    (obj,) = (tmp_path / "bucket").rglob(name)
+    return obj.read_bytes()

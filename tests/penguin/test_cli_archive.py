@@ -135,3 +135,42 @@ def test_archive_refuses_a_session_in_use_and_reports_failures(
     # Nothing to choose from: neither ids nor --idle.
     assert invoke("--home", home, "archive", "--to", "s3://b/p").exit_code == 2
     assert invoke("--home", home, "archive", sid).exit_code == 2  # no --to
+
+
+def test_resume_against_an_archive_between_its_look_and_its_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``resume`` finds the session's latest file, then takes the lock; an archive that runs
+    in between (it takes the lock first) removes that file.  Ordered by hand, no timing: the
+    archive runs inside ``latest_trace``, after the answer is computed.  The resumed session
+    continues its archived file; nothing of it is hidden behind an empty one."""
+    from eventstore.archive import archive_session
+
+    home = tmp_path / "home"
+    assert run_script(tmp_path, home, FAST).exit_code == 0
+    (sid,) = session_ids(home)
+    real = DataRoot.latest_trace
+    archived: list[Path] = []
+
+    def then_archive(self: DataRoot, *args: object, **kwargs: object) -> Path:
+        latest = real(self, *args, **kwargs)  # type: ignore[arg-type]
+        if not archived:
+            archive_session(DataRoot(home), sid, to=f"file://{tmp_path / 'bucket'}")
+            assert not latest.exists()
+            archived.append(latest)
+        return latest
+
+    monkeypatch.setattr(DataRoot, "latest_trace", then_archive)
+    result = invoke(
+        "--home", home, "resume", sid, "-m", "And now?", "--script",
+        write_script(tmp_path, MORE, "more.json"),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert archived and "Done again." in result.stdout
+    monkeypatch.undo()
+    users = [
+        r.payload.text  # type: ignore[union-attr]
+        for r in read_trace(DataRoot(home).trace_files(sid)).records
+        if type(r.payload).__name__ == "TextPayload" and r.payload.role == "user"  # type: ignore[union-attr]
+    ]
+    assert users == ["What is here?", "And now?"]

@@ -63,6 +63,16 @@ def _files(home: Path) -> list[Path]:
     return sorted(home.glob("*/agents/*/traces/*/*.jsonl"))
 
 
+def _latest(home: Path) -> list[Path]:
+    """Each session's highest-index file: the only one a writer appends to, truncates or
+    rewrites (R-TRACE-8, R-ROOT-10); a rotated file is closed (``test_analytics_cache_listing``
+    has what the cache assumes of it)."""
+    last: dict[str, Path] = {}
+    for p in _files(home):
+        last[p.name.rsplit("_", 1)[0]] = p
+    return sorted(last.values())
+
+
 def _turn(ts: str = "2026-07-01T11:00:00.000Z") -> bytes:
     counts = TokenCounts(cache_read=1, cache_write=2, output=3, total=6)
     records = [
@@ -82,7 +92,7 @@ def test_cached_views_equal_the_files_and_a_warm_refresh_reads_nothing(home: Pat
 
 def test_appended_lines_are_read_from_the_byte_offset_on(home: Path) -> None:
     _same(home)
-    target = _files(home)[-1]
+    target = _latest(home)[-1]
     added = _turn()
     with open(target, "ab") as f:
         f.write(added)
@@ -93,7 +103,7 @@ def test_appended_lines_are_read_from_the_byte_offset_on(home: Path) -> None:
 
 def test_a_torn_tail_is_reported_then_read_once_completed_r_trace_17(home: Path) -> None:
     _same(home)
-    target = _files(home)[0]
+    target = _latest(home)[0]
     line = _turn().split(b"\n")[0]
     with open(target, "ab") as f:
         f.write(line[:20])  # a writer mid-line: a torn_tail diagnostic, never cached
@@ -107,7 +117,7 @@ def test_a_torn_tail_is_reported_then_read_once_completed_r_trace_17(home: Path)
 
 def test_truncated_replaced_and_deleted_files_are_noticed(home: Path) -> None:
     _same(home)
-    files = _files(home)
+    files = _latest(home)
     # Truncated to its first three lines (a repair, or a copy back from a backup).
     lines = files[0].read_bytes().splitlines(keepends=True)
     files[0].write_bytes(b"".join(lines[:3]))
@@ -143,7 +153,7 @@ def test_truncated_replaced_and_deleted_files_are_noticed(home: Path) -> None:
 
 def test_deleting_the_cache_and_rebuilding_gives_identical_views(home: Path) -> None:
     _same(home)
-    with open(_files(home)[-1], "ab") as f:
+    with open(_latest(home)[-1], "ab") as f:
         f.write(_turn())
     before, _ = _views(home, cache=True)
     shutil.rmtree(cache_dir(home))
@@ -171,7 +181,7 @@ def test_project_and_agent_filters_and_the_fixtures(tmp_path: Path) -> None:
 
 def test_many_refreshes_compact_the_segments(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("replay.analytics._cache._MAX_SEGMENTS", 2)
-    target = _files(home)[0]
+    target = _latest(home)[0]
     for _ in range(3):
         with open(target, "ab") as f:
             f.write(_turn())
