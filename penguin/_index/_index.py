@@ -325,13 +325,18 @@ class Index:
         whatever the fleet's size."""
         clauses, args = _scope(project, agent)
         clauses = f"{clauses} AND" if clauses else "WHERE"
-        clauses += f" {'' if archived else 'NOT '}coalesce(archived, 0)"
+        # ``archived`` is always 0 or 1 (the fold's flag): compared as is, the index serves it.
+        clauses += f" archived = {int(archived)}"
         where = f"{clauses} AND"
         with self._read_lock:
             db = self._reader
             named: set[str] = set()
             for (children,) in db.execute(
-                f"SELECT children FROM sessions {where} children != '[]'", args
+                # The parents alone, through their partial index (the planner, without
+                # statistics, would rather walk every row of the flag).
+                f"SELECT children FROM sessions INDEXED BY sessions_parents {where} "
+                "children != '[]'",
+                args,
             ):
                 named.update(json.loads(children))
             tops: list[tuple[Any, ...]] = []
@@ -344,7 +349,8 @@ class Index:
                         break
             (total,) = db.execute(f"SELECT COUNT(*) FROM sessions {clauses}", args).fetchone()
             (children_total,) = db.execute(
-                f"SELECT COUNT(*) FROM sessions {where} id IN (SELECT value FROM json_each(?))",
+                f"SELECT COUNT(*) FROM sessions INDEXED BY sessions_id {where} id IN "
+                "(SELECT value FROM json_each(?))",
                 [*args, json.dumps(sorted(named))],
             ).fetchone()
             rows, level = list(tops), tops
@@ -353,7 +359,7 @@ class Index:
                 if not wanted:
                     break
                 level = db.execute(
-                    f"SELECT {_LISTED} FROM sessions {where} id IN "
+                    f"SELECT {_LISTED} FROM sessions INDEXED BY sessions_id {where} id IN "
                     "(SELECT value FROM json_each(?)) ORDER BY active DESC, id DESC",
                     [*args, json.dumps(wanted)],
                 ).fetchall()

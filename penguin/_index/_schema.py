@@ -23,9 +23,9 @@ __all__ = ["BUSY_TIMEOUT_MS", "connect", "fts5_available"]
 BUSY_TIMEOUT_MS: Final = 30_000
 
 # 2 and 3 were the server's own index; 4 the shared one; 5 checkpoints a file's ctime too;
-# 6 adds ``sessions.archived``; 7 indexes the parents, so a listing of the latest sessions
-# reads those alone.
-_VERSION: Final = 7
+# 6 adds ``sessions.archived``; 7 and 8 index what a listing of the latest sessions reads (the
+# parents; the rows by archived flag and activity), so it reads those alone.
+_VERSION: Final = 8
 
 _TABLES: Final = ("meta", "files", "sessions", "usage", "errors", "docs", "fts")
 
@@ -45,8 +45,9 @@ CREATE TABLE IF NOT EXISTS sessions (skey TEXT PRIMARY KEY, id TEXT NOT NULL, pr
     last_error TEXT, diagnostics TEXT, latest TEXT, error TEXT, archived INTEGER, fold BLOB);
 CREATE INDEX IF NOT EXISTS sessions_id ON sessions(id);
 CREATE INDEX IF NOT EXISTS sessions_active ON sessions(active, id);
-CREATE INDEX IF NOT EXISTS sessions_parents ON sessions(children, project, agent)
+CREATE INDEX IF NOT EXISTS sessions_parents ON sessions(children, archived, project, agent)
     WHERE children != '[]';
+CREATE INDEX IF NOT EXISTS sessions_listing ON sessions(archived, active, id, project, agent);
 CREATE TABLE IF NOT EXISTS usage (skey TEXT NOT NULL, session TEXT, project TEXT, agent TEXT,
     model TEXT, kind TEXT, cache_read INTEGER, cache_write INTEGER, output INTEGER,
     total INTEGER, time TEXT, file INTEGER, ordinal INTEGER);
