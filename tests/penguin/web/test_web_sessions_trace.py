@@ -146,6 +146,12 @@ def test_archive_with_confirmation_then_unarchive_from_the_archived_view(
     assert archived_row.locator("td.state").inner_text() == "completed"  # still the last run's
     assert page.locator(".sessions-card h2").inner_text() == "Archived sessions"
     shot(page, "web-sessions-archived")
+    # Opened, it says so in its header; the list's view starts at Sessions again.
+    archived_row.locator("a.title").click()
+    page.locator(".conv-info .info-archived").wait_for()
+    page.goto(f"{server.base}/#/")
+    page.locator("button.view-archived").click()
+    archived_row.locator("button.unarchive").wait_for()
     unarchive = archived_row.locator("button.unarchive")
     assert unarchive.get_attribute("aria-label") == "Unarchive session Draft the archive notes"
     unarchive.click()

@@ -1,5 +1,5 @@
 // Owns: what the conversation page says about its session besides the transcript: the header's
-// details line (workspace, model, approval mode, sandbox) and, while nothing is recorded yet,
+// details line (archived, workspace, model, approval mode, sandbox) and, while nothing is recorded yet,
 // what to do next. Built from the session's row (GET /api/sessions/{id}).
 import { clear, h, setText } from "./dom.js";
 import { costNode } from "./cost.js";
@@ -14,6 +14,8 @@ export function sessionInfo() {
       const box = row.sandbox;
       const sandbox = !box ? "none" : box.mode === "off" ? "off" : `${box.mode}, network ${box.network ? "on" : "off"}`;
       el.append(
+        // Archived (a session_archived record): off the sessions list, still readable and usable.
+        row.archived ? h("span", { class: "tag info-archived", title: "Archived: listed under Archived on the sessions page" }, "archived") : null,
         item("Workspace", row.workspace),
         item("Model", row.model),
         item("Approval", row.approval),
