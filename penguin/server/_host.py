@@ -679,6 +679,9 @@ class SessionHost:
             ) from None
         await self._unload(h)  # our own lock would refuse the writer
         async with h.load_lock:  # and no request loads it again while the mark is written
+            if h.busy is not None or h.session is not None:
+                # A task started while it was being unloaded (and loaded it again).
+                raise ApiError(409, "task_in_progress", "the session is busy")
             try:
                 await anyio.to_thread.run_sync(
                     lambda: mark_archived(

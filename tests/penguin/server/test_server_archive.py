@@ -119,6 +119,40 @@ async def test_a_running_session_is_409_and_nothing_is_written(tmp_path: Path) -
         assert r.status_code == 200 and r.json()["status"] == "aborted"
 
 
+async def test_a_task_started_while_archiving_unloads_wins_409_and_no_mark(
+    tmp_path: Path,
+) -> None:
+    """Archiving unloads the session, then writes under its load lock: a task claimed in
+    between is reported as 409 task_in_progress (not as our own lock), and nothing is written.
+    The test holds the load lock so that both requests are seen waiting, in order."""
+    llm = scripted([{"text": "one"}], [{"text": "two"}])
+    async with served(tmp_path, llm_factory=llm, approval="allow-all") as s:
+        sid = await s.new_session()
+        await run_task(s, sid)
+        h = await s.app.state.penguin.host.get(sid)
+        answers: dict[str, int] = {}
+
+        async def call(name: str, path: str, body: object) -> None:
+            answers[name] = (await s.post(path, body)).status_code
+
+        async def waiting(n: int) -> None:
+            with anyio.fail_after(10):
+                while h.load_lock.statistics().tasks_waiting < n:
+                    await anyio.sleep(0.01)
+
+        async with anyio.create_task_group() as tg:
+            await h.load_lock.acquire()
+            try:
+                tg.start_soon(call, "archive", f"/api/sessions/{sid}/archive", {"archived": True})
+                await waiting(1)  # unloaded, waiting to write
+                tg.start_soon(call, "task", f"/api/sessions/{sid}/tasks", TEXT)
+                await waiting(2)  # the task claimed the session and waits to load it
+            finally:
+                h.load_lock.release()
+        assert answers == {"archive": 409, "task": 202}
+        assert marks(tmp_path, sid) == []
+
+
 async def test_a_session_another_process_holds_is_session_locked(tmp_path: Path) -> None:
     llm = scripted([{"text": "one"}])
     async with served(tmp_path, llm_factory=llm, approval="allow-all") as a:
