@@ -32,8 +32,9 @@ import hashlib
 import os
 import secrets
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+import warnings
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -64,6 +65,8 @@ __all__ = [
     "idle_sessions",
     "read_record",
     "record_path",
+    "restore_records",
+    "RestoreOutcome",
 ]
 
 RECORD_SUFFIX: Final = ".archived.json"
@@ -126,12 +129,14 @@ def read_record(path: Path) -> list[ArchivedFile]:
         raise ArchiveError(f"unreadable archive record: {exc}", path=path) from None
 
 
-def _write_record(path: Path, session_id: str, files: list[ArchivedFile]) -> None:
+def _write_record(path: Path, session_id: str, files: list[ArchivedFile]) -> bytes:
     """Replace the record durably (fsync of the file and its directory): it is the only place
-    that says where a removed file went, so it must be on disk before the file goes."""
+    that says where a removed file went, so it must be on disk before the file goes.  Returns
+    what was written."""
     ordered = sorted(files, key=lambda f: parse_trace_name(f.name) or (f.name, 0))
-    data = msgspec.json.encode(_Record(session_id=session_id, files=ordered))
-    write_private(path, data + b"\n", sync=True)
+    data = msgspec.json.encode(_Record(session_id=session_id, files=ordered)) + b"\n"
+    write_private(path, data, sync=True)
+    return data
 
 
 def archived_files(
@@ -223,6 +228,7 @@ def archive_session(
         )
     else:
         base_path = fs._strip_protocol(base)
+    where = f"{loc.project}/{loc.agent}/{loc.date}"
     fd = take_lock(directory / f"{session_id}.lock", session_id=session_id, sync=False)
     try:
         # Listed again under the lock: a writer that ran between the first listing and the
@@ -231,21 +237,172 @@ def archive_session(
         entries = {e.name: e for e in read_record(record)}
         outcomes: list[ArchiveOutcome] = []
         for path in local:
-            suffix = f"{loc.project}/{loc.agent}/{loc.date}/{path.name}"
-            url, remote = f"{base}/{suffix}", f"{base_path}/{suffix}"
-            outcome = _archive_file(
+            url, remote = f"{base}/{where}/{path.name}", f"{base_path}/{where}/{path.name}"
+            outcome, entry = _archive_file(
                 fs, path, url, remote, entries.get(path.name), endpoint_url=endpoint_url
             )
-            if outcome[1] is not None:
-                entries[path.name] = outcome[1]
-                _write_record(record, session_id, list(entries.values()))
-            if outcome[0].status != "kept":
-                path.unlink()
-                sync_dir(directory)
-            outcomes.append(outcome[0])
+            if entry is not None:
+                entries[path.name] = entry
+            outcomes.append(outcome)
+        if not entries:
+            return outcomes
+        data = _write_record(record, session_id, list(entries.values()))
+        # The record goes to the bucket too, beside the files (``restore_records``): before
+        # any local file is removed, so whatever left this disk is described where it went.
+        failure = _put_manifest(fs, f"{base_path}/{where}/{record.name}", data)
+        moved = [o for o in outcomes if o.status != "kept"]
+        if failure is not None:
+            if not moved:
+                warnings.warn(
+                    f"{session_id}: the archive record was not copied to {base}: {failure}",
+                    ArchiveWarning,
+                    stacklevel=2,
+                )
+            error = f"the session's record could not be copied to the bucket: {failure}"
+            return [
+                ArchiveOutcome(o.path, o.url, "kept", o.size, error) if o in moved else o
+                for o in outcomes
+            ]
+        for o in moved:
+            o.path.unlink()
+        if moved:
+            sync_dir(directory)
         return outcomes
     finally:
         os.close(fd)
+
+
+def _put_manifest(fs: Any, remote: str, data: bytes) -> str | None:
+    """Write the session's record as an object and read it back; why not, or ``None``."""
+    try:
+        fs.pipe_file(remote, data)
+        there = fs.cat_file(remote)
+    except Exception as exc:
+        return _describe(exc)
+    return None if there == data else "the object read back differs"
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreOutcome:
+    """What ``restore_records`` did with one session's record found in the bucket:
+    ``restored`` (written into the data root), ``present`` (the root already has the session:
+    left as it is) or ``refused`` (``error`` says why: nothing written)."""
+
+    session_id: str
+    project: str
+    agent: str
+    date: str
+    status: Literal["restored", "present", "refused"]
+    files: int
+    error: str | None = None
+
+
+def restore_records(
+    root: DataRoot,
+    url: str,
+    *,
+    sessions: Collection[str] | None = None,
+    endpoint_url: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    fs: Any = None,
+) -> list[RestoreOutcome]:
+    """Make the sessions archived under ``url`` -- by this machine or any other -- readable in
+    ``root``.  ``archive_session`` leaves each session's record beside its files in the bucket
+    (``<url>/<project>/<agent>/<date>/<session_id>.archived.json``); each one found (of
+    ``sessions`` only, when given) is written into the data root as the session's archive
+    record, and nothing else: every reader then lists the session and fetches a file back when
+    it first needs it, checked against the record's SHA-256, as on the machine that archived it.
+
+    A session the root already has (a trace file or a record of it) is left as it is
+    (``present``).  A record is refused, and nothing written, when it does not decode, when a
+    path component or a file name is not a data root's (R-ROOT-4, R-ROOT-6), or when a file's
+    URL is not of ``url``'s scheme or its server is not ``endpoint_url``: a record from a bucket
+    decides only which object of that store a file is fetched from."""
+    _no_secrets(url)
+    if endpoint_url is not None:
+        _no_secrets(endpoint_url)
+    base = url.rstrip("/")
+    if fs is None:
+        fs, base_path = _filesystem(
+            base, endpoint_url=endpoint_url, storage_options=storage_options
+        )
+    else:
+        base_path = fs._strip_protocol(base)
+    try:
+        found = sorted(str(p) for p in fs.glob(f"{base_path}/*/*/*/*{RECORD_SUFFIX}"))
+    except Exception as exc:
+        raise ArchiveError(f"cannot list {base}: {_describe(exc)}", url=base) from None
+    scheme = urlsplit(base).scheme or "file"
+    outcomes: list[RestoreOutcome] = []
+    for found_path in found:
+        parts = found_path[len(str(base_path).rstrip("/")) + 1 :].split("/")
+        if len(parts) != 4:
+            continue
+        session_id = parts[3].removesuffix(RECORD_SUFFIX)
+        if sessions is None or session_id in sessions:
+            where = RestoreOutcome(session_id, parts[0], parts[1], parts[2], "refused", 0)
+            outcomes.append(_restore_one(root, fs, found_path, where, scheme, endpoint_url))
+    return outcomes
+
+
+def _restore_one(
+    root: DataRoot,
+    fs: Any,
+    found: str,
+    where: RestoreOutcome,
+    scheme: str,
+    endpoint_url: str | None,
+) -> RestoreOutcome:
+    from ._layout import validate_id  # here: _layout imports this module
+
+    try:
+        for part, what in (
+            (where.project, "project"),
+            (where.agent, "agent"),
+            (where.date, "date"),
+        ):
+            validate_id(part, what=what)
+        validate_id(where.session_id, what="session id")
+        entries = _checked(fs.cat_file(found), where.session_id, scheme, endpoint_url)
+    except (ValueError, ArchiveError) as exc:
+        return replace(where, error=str(exc))
+    except Exception as exc:
+        return replace(where, error=f"cannot read it: {_describe(exc)}")
+    try:
+        root._local_files(where.session_id, project=None, agent=None)
+    except FileNotFoundError:
+        pass
+    except LookupError:  # in several places already
+        return replace(where, status="present", files=len(entries))
+    else:
+        return replace(where, status="present", files=len(entries))
+    directory = root.traces_dir(where.project, where.agent) / where.date
+    _write_record(record_path(directory, where.session_id), where.session_id, entries)
+    return replace(where, status="restored", files=len(entries))
+
+
+def _checked(
+    data: bytes, session_id: str, scheme: str, endpoint_url: str | None
+) -> list[ArchivedFile]:
+    """The entries of a record read from a bucket, each checked (``restore_records``)."""
+    try:
+        record = msgspec.json.decode(data, type=_Record)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ArchiveError(f"not an archive record: {exc}") from None
+    if record.session_id != session_id:
+        raise ArchiveError(f"it is the record of another session ({record.session_id!r})")
+    for entry in record.files:
+        parsed = parse_trace_name(entry.name)
+        if parsed is None or parsed[0] != session_id or "/" in entry.name:
+            raise ArchiveError(f"{entry.name!r} is not a trace file of {session_id}")
+        if (urlsplit(entry.url).scheme or "file") != scheme:
+            raise ArchiveError(f"{entry.name}: its URL {entry.url!r} is not a {scheme} URL")
+        if entry.endpoint_url != endpoint_url:
+            raise ArchiveError(
+                f"{entry.name}: fetched from {entry.endpoint_url!r}, not from "
+                f"{endpoint_url!r} (give --endpoint-url as it was archived)"
+            )
+    return record.files
 
 
 def _no_secrets(url: str) -> None:

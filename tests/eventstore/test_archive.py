@@ -140,8 +140,11 @@ def test_upload_cut_mid_body_keeps_the_local_file(tmp_path: Path, s3: S3Server) 
     assert outcomes[1].error is not None and outcomes[1].error.startswith("upload failed")
     assert not files[0].exists() and files[1].read_bytes() == second
     assert [e.name for e in read_record(record_path(files[0].parent, SID))] == [files[0].name]
-    keys = [k for k in s3.objects() if tmp_path.name in k]
-    assert [k.rsplit("/", 1)[1] for k in keys] == [files[0].name]
+    keys = {k.rsplit("/", 1)[1]: v for k, v in s3.objects().items() if tmp_path.name in k}
+    # The file that moved, and the session's record beside it (what another machine finds).
+    record = record_path(files[0].parent, SID)
+    assert sorted(keys) == sorted([files[0].name, record.name])
+    assert keys[record.name] == record.read_bytes()
 
 
 def test_a_hash_that_differs_keeps_the_local_file(tmp_path: Path, s3: S3Server) -> None:
@@ -273,3 +276,94 @@ def test_a_writer_whose_file_cannot_be_fetched_creates_nothing(tmp_path: Path) -
 def _archived_bytes(tmp_path: Path, name: str) -> bytes:
     (obj,) = (tmp_path / "bucket").rglob(name)
     return obj.read_bytes()
+
+
+class _NoRecordUploads:
+    """A local fsspec filesystem that refuses to write the session's record object."""
+
+    def __new__(cls) -> Any:
+        from fsspec.implementations.local import LocalFileSystem  # type: ignore[import-untyped]
+
+        class Refusing(LocalFileSystem):  # type: ignore[misc]
+            def pipe_file(self, path: str, value: bytes, **kwargs: Any) -> None:
+                if str(path).endswith(".archived.json"):
+                    raise PermissionError("write refused")
+                super().pipe_file(path, value, **kwargs)
+
+        return Refusing(skip_instance_cache=True)
+
+
+def test_the_record_goes_to_the_bucket_before_any_local_file_is_removed(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    files = _session(home)
+    root = DataRoot(home)
+    bucket = tmp_path / "bucket"
+    outcomes = archive_session(root, SID, to=str(bucket), fs=_NoRecordUploads())
+    assert [o.status for o in outcomes] == ["kept", "kept"]
+    assert all(o.error is not None and "record" in o.error for o in outcomes)
+    assert all(f.exists() for f in files)
+    # Uploaded and recorded locally (the next archive only evicts them), never removed.
+    again = archive_session(root, SID, to=f"file://{bucket}")
+    assert [o.status for o in again] == ["evicted", "evicted"]
+    assert not any(f.exists() for f in files)
+    (manifest,) = bucket.rglob("*.archived.json")
+    assert manifest.read_bytes() == record_path(files[0].parent, SID).read_bytes()
+    # A session archived before records went to the bucket: archiving it again uploads it.
+    manifest.unlink()
+    assert archive_session(root, SID, to=f"file://{bucket}") == []
+    assert manifest.read_bytes() == record_path(files[0].parent, SID).read_bytes()
+
+
+def test_another_machine_restores_the_records_and_reads_the_sessions(tmp_path: Path) -> None:
+    """``restore_records``: the bucket describes itself; a second data root gets the record,
+    nothing else, and reads the session through it (fetched on first read, hash-checked)."""
+    from eventstore.archive import restore_records
+
+    here, there = tmp_path / "here", tmp_path / "there"
+    files = _session(here)
+    records = read_trace(files).records
+    to = f"file://{tmp_path / 'bucket'}"
+    archive_session(DataRoot(here), SID, to=to)
+
+    other = DataRoot(there)
+    (outcome,) = restore_records(other, to)
+    assert (outcome.session_id, outcome.status, outcome.files) == (SID, "restored", 2)
+    assert (outcome.project, outcome.agent, outcome.date) == (
+        "default_project",
+        "default_agent",
+        DATE,
+    )
+    assert list(there.rglob("*.jsonl")) == []  # only the record: files come on first read
+    (info,) = other.sessions(fetch=False)
+    assert info.session_id == SID
+    assert read_trace(other.trace_files(SID)).records == records
+    # Again: the root has it now, and it is left as it is.
+    assert [o.status for o in restore_records(other, to)] == ["present"]
+    assert restore_records(DataRoot(tmp_path / "third"), to, sessions=["session-other"]) == []
+
+
+def test_a_record_from_a_bucket_is_checked_before_it_is_written(tmp_path: Path) -> None:
+    """A record read from a bucket decides which object a file is fetched from, nothing else:
+    another scheme, another server, a name that is not the session's: refused, nothing written."""
+    from eventstore.archive import restore_records
+
+    here = tmp_path / "here"
+    _session(here)
+    bucket = tmp_path / "bucket"
+    archive_session(DataRoot(here), SID, to=str(bucket))
+    (manifest,) = bucket.rglob("*.archived.json")
+    good = manifest.read_bytes()
+    evil = b'"endpoint_url":"http://evil.example"'
+    cases = [
+        (good.replace(str(bucket).encode(), b"s3://elsewhere/x", 1), "not a file URL"),
+        (good.replace(b'"endpoint_url":null', evil, 1), "fetched from 'http://evil.example'"),
+        (good.replace(f"{SID}_001".encode(), b"../escape_001", 1), "is not a trace file"),
+        (b"{", "not an archive record"),
+    ]
+    for i, (data, why) in enumerate(cases):
+        manifest.write_bytes(data)
+        there = tmp_path / f"there-{i}"
+        (outcome,) = restore_records(DataRoot(there), str(bucket))
+        assert outcome.status == "refused" and outcome.error is not None, why
+        assert why in outcome.error, (why, outcome.error)
+        assert not there.exists() or not list(there.rglob("*.archived.json"))

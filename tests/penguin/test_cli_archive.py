@@ -174,3 +174,28 @@ def test_resume_against_an_archive_between_its_look_and_its_lock(
         if type(r.payload).__name__ == "TextPayload" and r.payload.role == "user"  # type: ignore[union-attr]
     ]
     assert users == ["What is here?", "And now?"]
+
+
+def test_another_machine_reads_the_archive_with_archive_from(tmp_path: Path, s3: S3Server) -> None:
+    """The bucket describes itself: each session's record lies beside its files, so a second
+    data root (another machine) takes the records with ``archive --from`` and reads the
+    sessions, fetching their files when first read."""
+    here, there = tmp_path / "here", tmp_path / "there"
+    assert run_script(tmp_path, here, FAST).exit_code == 0
+    (sid,) = session_ids(here)
+    to = f"s3://{BUCKET}/moved/{tmp_path.name}"
+    _archive(here, s3, to, sid)
+
+    result = invoke(
+        "--home", there, "--init", "archive", "--from", to, "--endpoint-url", s3.endpoint_url,
+        "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (entry,) = json.loads(result.stdout)["sessions"]
+    assert (entry["session_id"], entry["status"], entry["files"]) == (sid, "restored", 1)
+    assert list(there.rglob("*.jsonl")) == []
+    shown = invoke("--home", there, "show", sid)
+    assert shown.exit_code == 0 and "Here are two files." in shown.stdout
+    again = invoke("--home", there, "archive", "--from", to, "--endpoint-url", s3.endpoint_url)
+    assert again.exit_code == 0 and "present" in again.stdout
+    assert invoke("--home", there, "archive", "--from", to, "--to", to).exit_code == 2

@@ -1,8 +1,9 @@
-"""``penguin archive``: move idle sessions' closed trace files to object storage.
+"""``penguin archive``: move idle sessions' closed trace files to object storage, and
+(``--from``) make the sessions archived in a bucket readable in this data root.
 
 Owns: its arguments, choosing the sessions (ids given, or ``--idle DAYS``), the per-file
-output and the exit code.  Does not: upload, verify, record or fetch back
-(``eventstore.archive``).  Registered in ``_app.COMMANDS``.
+and per-session output and the exit code.  Does not: upload, verify, record, restore or fetch
+back (``eventstore.archive``).  Registered in ``_app.COMMANDS``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,16 @@ def archive(
             metavar="URL",
         ),
     ] = "",
+    from_: Annotated[
+        str,
+        typer.Option(
+            "--from",
+            help="Instead: find the sessions archived at URL (by any machine) and make them "
+            "readable here: their records are written into this data root, their files are "
+            "fetched when first read. Session ids given: only those.",
+            metavar="URL",
+        ),
+    ] = "",
     idle: Annotated[
         float | None,
         typer.Option(
@@ -55,7 +66,8 @@ def archive(
     as_json: JsonOpt = False,
 ) -> None:
     """Upload closed trace files to object storage, verify each by its SHA-256, then remove
-    the local copy. Every reader fetches an archived file back when it needs it.
+    the local copy. Every reader fetches an archived file back when it needs it. Each session's
+    archive record goes to the bucket too, so another machine finds it: `--from URL`.
 
     Credentials come from the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_PROFILE
     …) and are never written anywhere. A file whose upload fails or whose hash differs stays on
@@ -65,6 +77,11 @@ def archive(
     from eventstore.archive import archive_session, idle_sessions
 
     with errors_to_exit_codes(as_json=as_json):
+        if from_:
+            if to or idle is not None:
+                raise CliError("--from reads an archive: give it without --to and --idle")
+            _restore(ctx, from_, sessions, endpoint_url, as_json=as_json)
+            return
         if not to:
             raise CliError("--to URL is required (e.g. --to s3://bucket/penguin)")
         if bool(sessions) == (idle is not None):
@@ -114,3 +131,52 @@ def archive(
             out.print("no session to archive", markup=False)
         if failed:
             raise typer.Exit(1)
+
+
+def _restore(
+    ctx: typer.Context,
+    url: str,
+    sessions: list[str] | None,
+    endpoint_url: str | None,
+    *,
+    as_json: bool,
+) -> None:
+    from eventstore import validate_id
+    from eventstore.archive import restore_records
+
+    root = _globals(ctx).writable_root()
+    wanted = [validate_id(s, what="session id") for s in sessions or []] or None
+    outcomes = restore_records(root, url, sessions=wanted, endpoint_url=endpoint_url)
+    if as_json:
+        write_json(
+            {
+                "from": url,
+                "sessions": [
+                    {
+                        "session_id": o.session_id,
+                        "project": o.project,
+                        "agent": o.agent,
+                        "date": o.date,
+                        "status": o.status,
+                        "files": o.files,
+                    }
+                    | ({"error": o.error} if o.error else {})
+                    for o in outcomes
+                ],
+            }
+        )
+    else:
+        out = _console()
+        for o in outcomes:
+            line = f"{o.status:<9}{safe(o.session_id)}"
+            if o.status == "restored":
+                line += f"  {o.files} file(s), fetched when first read"
+            elif o.status == "present":
+                line += "  already in this data root: left as it is"
+            else:
+                line += f"  ({safe(o.error or '')}: nothing written)"
+            out.print(line, markup=False, highlight=False)
+        if not outcomes:
+            out.print(f"no archived session found at {safe(url)}", markup=False)
+    if any(o.status == "refused" for o in outcomes):
+        raise typer.Exit(1)
