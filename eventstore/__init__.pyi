@@ -49,6 +49,8 @@ from ._layout import (
 from ._listing import (
     FileStat as FileStat,
     SessionFiles as SessionFiles,
+    edge_digest as edge_digest,
+    file_stat as file_stat,
 )
 from ._lock import (
     LockProbe as LockProbe,

@@ -6,12 +6,15 @@ Owns: ``FileStat`` and ``SessionFiles`` (what ``DataRoot.listing`` returns) and 
 entries checked with the store's one rule (R-ROOT-9), archived files (``penguin archive``) listed
 where they were with their record's size and mtime, and one ``stat`` per session (its
 highest-index file: a rotated file below it is closed and never written again, R-TRACE-4).
-Does not: walk projects and agents (``DataRoot``), decide whether a session exists (a
-``session_meta``: ``DataRoot.session_info``), or read a record.
+Also the two cheap tests of one file that such a host makes: ``file_stat`` and ``edge_digest``
+(the bytes at the start of a file and just before where its reading stopped).  Does not: walk
+projects and agents (``DataRoot``), decide whether a session exists (a ``session_meta``:
+``DataRoot.session_info``), or read a record.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import warnings
 from pathlib import Path
@@ -22,7 +25,7 @@ from ._exceptions import ArchiveError
 from ._names import parse_trace_name
 from .archive import RECORD_SUFFIX, ArchiveWarning, archived_entry, fetch_missing
 
-__all__ = ["FileStat", "SessionFiles", "list_directory"]
+__all__ = ["FileStat", "SessionFiles", "edge_digest", "file_stat", "list_directory"]
 
 
 class FileStat(NamedTuple):
@@ -105,3 +108,28 @@ def latest_stat(listed: Listed) -> FileStat | None:
     except OSError:
         return None
     return FileStat(st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+
+
+def file_stat(path: str | os.PathLike[str]) -> FileStat | None:
+    """The stat of a trace file (following a symlink), ``None`` when it cannot be stat-ed."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return FileStat(st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+
+
+def edge_digest(path: str | os.PathLike[str], upto: int, span: int = 4096) -> bytes:
+    """The SHA-256 of the first and of the last ``span`` bytes of the first ``upto`` bytes of
+    ``path`` (fewer when ``upto`` is smaller; ``b""`` when unreadable): the start says whether
+    the file is still the one read, the bytes just before ``upto`` whether a file cut short and
+    written again past it still holds what was read there."""
+    try:
+        with open(path, "rb") as f:
+            digest = hashlib.sha256(f.read(min(upto, span)))
+            if upto > span:
+                f.seek(max(span, upto - span))
+                digest.update(f.read(upto - f.tell()))
+            return digest.digest()
+    except OSError:
+        return b""

@@ -1,19 +1,20 @@
 """A trace file's checkpoint in the index, and the cheap test that a session did not change.
 
-Owns: the session key, a file's ``Stat`` (size, mtime, inode, ctime), the head hash, ``Checkpoint``
-(where the fold of a file stopped) and ``unchanged`` (a session of ``DataRoot.listing()`` has the
-files its checkpoints name and its latest file their stat: no read, no fold).  Imports nothing of the library layers.  Does not: fold or write (``_catchup``).
+Owns: the session key, a file's ``Stat`` (size, mtime, inode, ctime), the head hash (both read by
+the store: ``eventstore.file_stat``, ``edge_digest``), ``Checkpoint`` (where the fold of a file
+stopped) and ``unchanged`` (a session of ``DataRoot.listing()`` has the files its checkpoints
+name and its latest file their stat: no read, no fold).  Imports nothing of the library layers
+above the store.  Does not: fold or write (``_catchup``).
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from eventstore import SessionFiles
+from eventstore import SessionFiles, edge_digest, file_stat
 
 __all__ = ["HEAD_BYTES", "Checkpoint", "Stat", "head_hash", "session_key", "stat", "unchanged"]
 
@@ -49,27 +50,14 @@ class Checkpoint:
 
 
 def stat(path: Path) -> Stat | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return Stat(st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+    st = file_stat(path)
+    return None if st is None else Stat(st.size, st.mtime_ns, st.inode or 0, st.ctime_ns or 0)
 
 
 def head_hash(path: Path, upto: int) -> bytes:
-    """The hash of the first and of the last ``HEAD_BYTES`` of the first ``upto`` bytes of
-    ``path`` (b"" when unreadable): the start says whether the file is still the one folded,
-    the bytes just before the checkpoint whether a file cut short and written again past it
-    still holds what was folded there."""
-    try:
-        with open(path, "rb") as f:
-            digest = hashlib.sha256(f.read(min(upto, HEAD_BYTES)))
-            if upto > HEAD_BYTES:
-                f.seek(max(HEAD_BYTES, upto - HEAD_BYTES))
-                digest.update(f.read(upto - f.tell()))
-            return digest.digest()
-    except OSError:
-        return b""
+    """``eventstore.edge_digest``: the hash of the first and of the last ``HEAD_BYTES`` of the
+    first ``upto`` bytes of ``path``."""
+    return edge_digest(path, upto, HEAD_BYTES)
 
 
 def unchanged(listed: SessionFiles, known: Mapping[str, tuple[Any, ...]], count: int) -> bool:

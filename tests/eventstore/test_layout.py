@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import stat
@@ -15,8 +16,10 @@ from eventstore import (
     FileStat,
     OmniMessage,
     SessionInfo,
+    edge_digest,
     encode,
     encode_line,
+    file_stat,
     validate_id,
 )
 from eventstore import builders as b
@@ -338,6 +341,28 @@ def test_listing_names_every_session_and_stats_its_latest_file(root: DataRoot) -
         root.sessions(), key=lambda i: i.session_id
     )
     assert [s.session_id for s in root.listing(project="p2", agent="a2")] == [new]
+
+
+def test_edge_digest_covers_the_start_and_the_bytes_before_upto(tmp_path: Path) -> None:
+    """What the session index compares besides the stat: a file rewritten at its start or just
+    before where its reading stopped digests differently; elsewhere, or past ``upto``, not."""
+    path = tmp_path / "f"
+    data = bytes(range(256)) * 64  # 16 KiB
+    path.write_bytes(data)
+    assert edge_digest(path, 100) == hashlib.sha256(data[:100]).digest()
+    upto = 12_000
+    assert (
+        edge_digest(path, upto) == hashlib.sha256(data[:4096] + data[upto - 4096 : upto]).digest()
+    )
+    for at, changed in ((10, True), (6000, False), (upto - 10, True), (upto + 10, False)):
+        path.write_bytes(data[:at] + b"x" + data[at + 1 :])
+        assert (
+            edge_digest(path, upto)
+            != hashlib.sha256(data[:4096] + data[upto - 4096 : upto]).digest()
+        ) is changed
+    assert edge_digest(tmp_path / "missing", 10) == b"" and file_stat(tmp_path / "missing") is None
+    st = path.stat()
+    assert file_stat(path) == FileStat(st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
 
 
 def test_sessions_skips_sessions_without_session_meta(root: DataRoot) -> None:
