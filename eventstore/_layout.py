@@ -275,20 +275,18 @@ class DataRoot:
         size and mtime.  The symlink rule is ``sessions()``'s."""
         check = _OutsideCheck(self.home.resolve(), skip=True)
         out: dict[tuple[str, str, str], SessionFiles] = {}
-        # A session whose files lie in two date directories (not the layout, R-ROOT-3, but
-        # listed as ``sessions()`` lists it) is merged, sorted by (index, date, path).
-        spread: dict[tuple[str, str, str], list[tuple[int, str, str, Listed]]] = {}
-        for proj, ag, date, directory in self._trace_dirs(project, agent, check):
+        for proj, ag, _date, directory in self._trace_dirs(project, agent, check):
             for sid, files in list_directory(directory, check).items():
                 key = (proj, ag, sid)
-                entries = [(f[0], date, f[1], f) for f in files]
                 if key in out:
-                    entries += spread.get(key, [])
-                spread[key] = entries
-                if len(entries) > 1:
-                    entries.sort(key=lambda e: e[:3])
+                    # Files in two date directories (not the layout, R-ROOT-3, but listed as
+                    # ``sessions()`` lists them): merged, sorted by (index, date, path).
+                    files = files + [_relisted(p) for p in out[key].files]
+                    files.sort(key=lambda f: (f[0], Path(f[1]).parent.name, f[1]))
+                elif len(files) > 1:
+                    files.sort(key=lambda f: f[:2])
                 out[key] = SessionFiles(
-                    proj, ag, sid, tuple([e[2] for e in entries]), latest_stat(entries[-1][3])
+                    proj, ag, sid, tuple([f[1] for f in files]), latest_stat(files[-1])
                 )
         return list(out.values())
 
@@ -608,6 +606,13 @@ class DataRoot:
         except (FileNotFoundError, NotADirectoryError):
             return []
         return sorted((e.name, Path(e.path), e.is_symlink()) for e in entries if e.is_file())
+
+
+def _relisted(path: str) -> Listed:
+    """A file ``listing()`` met in another directory, to be sorted again (and stat-ed, should
+    it be the latest)."""
+    entry = next((e for e in os.scandir(Path(path).parent) if e.path == path), None)
+    return (file_index(Path(path)) or 0, path, entry)
 
 
 # --------------------------------------------------------------------------- file peeks

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 from ._discovery import OutsideCheck
 from ._exceptions import ArchiveError
-from ._names import parse_trace_name
+from ._names import TRACE_NAME, parse_trace_name
 from .archive import RECORD_SUFFIX, ArchiveWarning, archived_entry, fetch_missing
 
 __all__ = ["FileStat", "SessionFiles", "edge_digest", "file_stat", "list_directory"]
@@ -67,10 +67,11 @@ def list_directory(directory: Path, check: OutsideCheck) -> dict[str, list[Liste
     found: dict[str, list[Listed]] = {}
     records: list[str] = []
     checked = False
+    match = TRACE_NAME.match  # parse_trace_name's pattern, without a call per file
     for e in entries:
         name = e.name
-        parsed = parse_trace_name(name)
-        if parsed is None:
+        m = match(name)
+        if m is None:
             if name.endswith(RECORD_SUFFIX):
                 records.append(name.removesuffix(RECORD_SUFFIX))
             continue
@@ -81,7 +82,11 @@ def list_directory(directory: Path, check: OutsideCheck) -> dict[str, list[Liste
             checked = True
         if e.is_symlink() and not check(Path(e.path)):
             continue
-        found.setdefault(parsed[0], []).append((parsed[1], e.path, e))
+        sid, index = m.groups()
+        if sid in found:
+            found[sid].append((int(index), e.path, e))
+        else:
+            found[sid] = [(int(index), e.path, e)]
     if records and check(directory):
         present = {e.name for e in entries}
         for sid in records:
