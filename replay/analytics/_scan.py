@@ -12,7 +12,7 @@ Why this is enough to notice a change (SPEC R-ROOT-3, R-TRACE-8):
 - Creating, deleting or renaming a file changes its directory's modification time, so a
   directory whose ``(inode, mtime_ns)`` is the recorded one holds the same names (archive
   records too: they are replaced by a rename).  A listing taken less than ``_RACY_NS`` after
-  the directory last changed is recorded with mtime 0, which no stat matches: a change in the
+  the directory last changed is recorded with mtime -1, which no stat matches: a change in the
   same clock tick is never missed ("racy git").  A directory holding a symlinked trace file is
   listed every time (its target can change with no change here).
 - All files of a session live in one directory, and only its highest-index file is ever
@@ -40,18 +40,20 @@ from eventstore.archive import RECORD_SUFFIX, ArchiveError, read_record, record_
 
 from ._sources import TraceFile, _dirs, _scandir
 
-__all__ = ["ARCHIVED", "Dir", "Key", "Scan", "scan_root"]
+__all__ = ["ARCHIVED", "UNTRUSTED", "Dir", "Key", "Scan", "scan_root"]
 
 # A listing younger than this may still change within the same mtime tick.
 _RACY_NS: Final = 2_000_000_000
 #: The inode of a key that describes an archived file (from its record entry).
 ARCHIVED: Final = -1
+#: The mtime of a listing not to be used again (no directory has it, not even one dated 1970).
+UNTRUSTED: Final = -1
 
 Key = tuple[str, int, int, int]  # name, size, mtime_ns, inode (ARCHIVED: from the record)
 
 
 class Dir(msgspec.Struct, array_like=True):
-    """One date directory's listing: the directory's inode and mtime (0: not to be trusted),
+    """One date directory's listing: the directory's inode and mtime (``UNTRUSTED``: list it again),
     where it is in the layout, and each session's files, oldest first."""
 
     ino: int
@@ -222,4 +224,4 @@ def _list(
             key = (archived.name, archived.size, archived.mtime_ns, ARCHIVED)
             found.setdefault(parsed[0], []).append((parsed[1], key))
     sessions = {sid: [key for _i, key in sorted(keys)] for sid, keys in sorted(found.items())}
-    return Dir(st.st_ino, st.st_mtime_ns if trusted else 0, project, agent, date, sessions)
+    return Dir(st.st_ino, st.st_mtime_ns if trusted else UNTRUSTED, project, agent, date, sessions)

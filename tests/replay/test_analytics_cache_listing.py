@@ -119,18 +119,18 @@ def test_an_unchanged_directory_is_listed_once_and_a_racy_one_every_time(
 ) -> None:
     listings = _Listings(monkeypatch)
     # Just written: a change in the same mtime tick could follow, so the listing is recorded
-    # with mtime 0 (never matched) and taken again by every query.  (The window is widened so
+    # with mtime -1 (never matched) and taken again by every query.  (The window is widened so
     # that a slow machine cannot make the directories old enough meanwhile.)
     monkeypatch.setattr(scan_module, "_RACY_NS", 10**18)
     _same(home)
-    assert all(d[1] == 0 for d in _manifest(home)["dirs"].values())
+    assert all(d[1] == scan_module.UNTRUSTED for d in _manifest(home)["dirs"].values())
     before = listings.count
     assert _same(home).sessions_rebuilt == 0
     assert listings.count - before == len(_dirs(home))
     monkeypatch.setattr(scan_module, "_RACY_NS", 2_000_000_000)
     _age(home)
     _same(home)  # listed again (the mtimes moved) and recorded
-    assert all(d[1] != 0 for d in _manifest(home)["dirs"].values())
+    assert all(d[1] > 0 for d in _manifest(home)["dirs"].values())
     before = listings.count
     info = _same(home)
     assert info.sessions_rebuilt == 0 and info.files_read == 0

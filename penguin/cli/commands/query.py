@@ -145,9 +145,6 @@ def _jsonable(value: Any) -> Any:
 
 
 def _print(result: Result, fmt: OutputFormat) -> None:
-    from rich.table import Table
-    from rich.text import Text
-
     if fmt is OutputFormat.json:
         write_json([{k: _jsonable(v) for k, v in row.items()} for row in result.dicts()])
         return
@@ -158,6 +155,10 @@ def _print(result: Result, fmt: OutputFormat) -> None:
             writer.writerow([safe(_cell(v)) for v in row])
         sys.stdout.flush()
         return
+    # Here: JSON and CSV need no rich table (its import is a tenth of a JSON report's start).
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(show_edge=False, pad_edge=False)
     for column in result.columns:
         table.add_column(safe(column, keep_newlines=False), overflow="fold")
