@@ -295,19 +295,32 @@ class Index:
     # ------------------------------------------------------------------ the listing
 
     def listed(
-        self, *, project: str | None = None, agent: str | None = None
+        self,
+        *,
+        project: str | None = None,
+        agent: str | None = None,
+        limit: int | None = None,
+        top_level: bool = False,
     ) -> list[IndexedSession]:
-        """Every indexed session (of ``project``/``agent``), most recently active first."""
+        """Every indexed session (of ``project``/``agent``), most recently active first; at
+        most ``limit`` (then only those rows are read); with ``top_level``, no subagent's."""
         clauses, args = _scope(project, agent)
+        if top_level:
+            clauses = f"{clauses} AND is_child = 0" if clauses else "WHERE is_child = 0"
+        cut = "" if limit is None else f" LIMIT {int(limit)}"
         with self._read_lock:
             rows = self._reader.execute(
-                f"SELECT {_LISTED} FROM sessions {clauses} ORDER BY active DESC, id DESC", args
+                f"SELECT {_LISTED} FROM sessions {clauses} ORDER BY active DESC, id DESC{cut}",
+                args,
             ).fetchall()
-            files: dict[str, list[tuple[str, bool, bool, int]]] = {}
-            for skey, path, residue, unterm, line in self._reader.execute(
-                "SELECT skey, path, residue, unterminated, line FROM files ORDER BY skey, file"
-            ):
-                files.setdefault(skey, []).append((path, bool(residue), bool(unterm), line))
+            if limit is not None:
+                files = self._files_of([r[0] for r in rows])
+            else:
+                files = {}
+                for skey, path, residue, unterm, line in self._reader.execute(
+                    "SELECT skey, path, residue, unterminated, line FROM files ORDER BY skey, file"
+                ):
+                    files.setdefault(skey, []).append((path, bool(residue), bool(unterm), line))
         return [_listed(row, files.get(row[0], [])) for row in rows]
 
     def recent(

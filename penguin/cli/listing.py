@@ -111,20 +111,14 @@ def list_sessions(
     """Sessions by last activity (the time of the last record: a copied or imported file's
     modification time says nothing), newest first, at most ``limit``; with ``top_level``
     subagent children are left out (``limit`` then counts top-level sessions).  Catches the
-    index up first (only what changed since the last listing is read)."""
+    index up first (only what changed since the last listing is read); with ``limit``, only
+    those rows are read from it."""
     from penguin._index import Index
 
     with Index(root) as index:
         index.refresh(project=project, agent=agent)
-        listed = index.listed(project=project, agent=agent)
-    rows: list[SessionRow] = []
-    for s in listed:
-        if limit is not None and len(rows) >= limit:
-            break
-        if top_level and s.is_child:
-            continue
-        rows.append(_row(s))
-    return rows
+        listed = index.listed(project=project, agent=agent, limit=limit, top_level=top_level)
+    return [_row(s) for s in listed]
 
 
 def recent_sessions(

@@ -19,7 +19,7 @@ from .terminal.safe import safe
 from .tracefiles import find_trace_files, sniff_trace, trace_name
 
 if TYPE_CHECKING:
-    from eventstore import DataRoot
+    from eventstore import DataRoot, SessionFiles
 
 __all__ = [
     "Target",
@@ -122,10 +122,23 @@ def match_session_id(root: DataRoot, arg: str, g: Globals) -> str | None:
     """The one session of the root whose id starts with ``arg``, or whose short id (the last 8
     characters, as listings show it) is ``arg``; None when there is none; ``CliError`` when
     several match.  One walk of the root."""
-    # The ids only: archived sessions stay where they are.
-    infos = root.sessions(project=g.project, agent=g.agent, fetch=False)
-    ids = sorted({i.session_id for i in infos})
-    found = [sid for sid in ids if sid.startswith(arg)] or [sid for sid in ids if sid[-8:] == arg]
+    # The names only (no file opened): only the candidates are asked whether they are
+    # sessions (a session_meta, R-ROOT-10); archived sessions stay where they are.
+    by_id: dict[str, list[SessionFiles]] = {}
+    for entry in root.listing(project=g.project, agent=g.agent):
+        by_id.setdefault(entry.session_id, []).append(entry)
+
+    def sessions(ids: list[str]) -> list[str]:
+        return [
+            sid
+            for sid in ids
+            if any(root.session_info(e, fetch=False) is not None for e in by_id[sid])
+        ]
+
+    ids = sorted(by_id)
+    found = sessions([sid for sid in ids if sid.startswith(arg)]) or sessions(
+        [sid for sid in ids if sid[-8:] == arg]
+    )
     if len(found) > 1:
         shown = ", ".join(found[:5]) + (", …" if len(found) > 5 else "")
         raise CliError(

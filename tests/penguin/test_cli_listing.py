@@ -394,3 +394,31 @@ def test_an_ambiguous_prefix_is_an_input_error(tmp_path: Path) -> None:
     make_session(home, 2, active=time.time())
     result = invoke("--home", home, "inspect", "session-2026")
     assert result.exit_code == 2 and "ambiguous" in result.stderr
+
+
+def test_a_short_id_opens_only_the_trace_it_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding a session by a prefix or short id reads names, then asks only the candidates
+    whether they are sessions (a session_meta): crash residue with the same short id is no
+    candidate, and no other trace is opened."""
+    home = tmp_path / "home"
+    now = time.time()
+    sids = [make_session(home, n, active=now - n) for n in range(1, 6)]
+    residue = "session-2026-07-18-00-00-00-00000001"  # the short id of sids[0], no meta
+    (trace_file(home, sid=residue)).write_bytes(b'{"torn')
+    opened: list[str] = []
+    real_open = open
+
+    def counting_open(file: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(file).endswith(".jsonl"):
+            opened.append(Path(str(file)).name)
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", counting_open)
+    result = invoke("--home", home, "show", sids[2][-8:], "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["session_id"] == sids[2]
+    assert {name.rsplit("_", 1)[0] for name in opened} == {sids[2]}
+    result = invoke("--home", home, "show", "00000001", "--json")
+    assert json.loads(result.stdout)["session_id"] == sids[0]
