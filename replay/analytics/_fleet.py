@@ -251,7 +251,9 @@ def open_fleet(
 
     # With the cache, the root's listing is the cache's own (``_scan``: unchanged directories
     # are not listed again, archived files are not fetched); without it, every file.
-    plan = plan_refresh(home, max_line_bytes=max_line_bytes) if cache and home else None
+    plan = None
+    if cache and traces is None and home is not None:
+        plan = plan_refresh(home, max_line_bytes=max_line_bytes)
     files: list[TraceFile] | Callable[[], list[TraceFile]] = []
     if traces is not None:
         files = files_from_glob(traces)
@@ -274,7 +276,7 @@ def open_fleet(
             if cached is not None:
                 info, pending = cached
                 scan = plan.scan
-                files = lambda: scan.files(show)  # noqa: E731 - listed when first asked
+                files = lambda: chosen(scan.files(show))  # noqa: E731 - when first asked
             else:
                 assert home is not None
                 files = chosen(files_from_root(home))
