@@ -49,6 +49,7 @@ from ._config import DEFAULT_MAX_TURNS, CompactionSettings, RetryPolicy, check_w
 from ._exceptions import SessionBroken, SessionBusy
 from ._goal import GoalOptions, GoalRun
 from ._images import fold_images
+from ._local import LocalEnvironment
 from ._mcp import McpServer, SessionTools, session_tools
 from ._protocols import LLM, ApproveFn, BindsScratchpad, Environment, llm_identity
 from ._recorder import Recorder, RecordListener
@@ -160,7 +161,11 @@ class Session:
             llm, data_root, ws, system_prompt, project, agent, source=source, fsync=fsync
         )
         options = SessionOptions(max_turns, compaction, retry, thinking_level, llm)
-        options.extra.update(feature_settings(_policy(environment), snapshots, _tools(environment)))
+        options.extra.update(
+            feature_settings(
+                _policy(environment), snapshots, _tools(environment), _local_tools(environment)
+            )
+        )
         session = cls(
             llm=llm,
             environment=environment,
@@ -219,7 +224,11 @@ class Session:
             state=state,
         )
         options = SessionOptions(max_turns, compaction, retry, thinking_level, llm)
-        options.extra.update(feature_settings(_policy(environment), snapshots, _tools(environment)))
+        options.extra.update(
+            feature_settings(
+                _policy(environment), snapshots, _tools(environment), _local_tools(environment)
+            )
+        )
         session = cls(
             llm=llm,
             environment=environment,
@@ -629,6 +638,14 @@ def _new_recorder(
 
 def _tools(environment: object) -> SessionTools | None:
     return environment if isinstance(environment, SessionTools) else None
+
+
+def _local_tools(environment: object) -> list[str] | None:
+    """The names of the environment's own tools (MCP servers' aside), when it lists them."""
+    primary = environment.primary if isinstance(environment, SessionTools) else environment
+    if not isinstance(primary, LocalEnvironment):
+        return None
+    return [tool.name for tool in primary.tools]
 
 
 def _policy(environment: object) -> SandboxPolicy | None:

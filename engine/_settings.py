@@ -14,7 +14,7 @@ it back to ``Session.create``/``resume_session`` as the keyword option of the sa
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -26,6 +26,7 @@ from ._mcp import McpServer, SessionTools
 from ._protocols import ApproveFn, allow_all, deny_all, llm_identity
 from ._sandbox import SandboxPolicy
 from ._snapshots import SnapshotSettings
+from ._tools import builtin_tools
 
 __all__ = [
     "APPROVAL_MODES",
@@ -203,6 +204,10 @@ def recorded_servers(recorded: Mapping[str, Any]) -> dict[str, McpServer]:
     return servers
 
 
+# The built-in tools' names, sorted: a session offering exactly these records no ``tools``.
+_BUILTIN_NAMES: Final = sorted(tool.name for tool in builtin_tools())
+
+
 def _known_fields(values: Mapping[str, Any]) -> dict[str, Any]:
     names = {"max_file_bytes", "max_snapshot_bytes"}
     return {k: v for k, v in values.items() if k in names and isinstance(v, int)}
@@ -212,11 +217,16 @@ def feature_settings(
     sandbox: SandboxPolicy | None,
     snapshots: SnapshotSettings | None,
     tools: SessionTools | None = None,
+    local_tools: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The settings record's keys of the sandbox, the snapshots, the MCP servers and the
     approval rules in force (R-SET-1); a server's env and header values are never among them
-    (R-SET-4)."""
+    (R-SET-4).  ``local_tools``: the names of the environment's own tools; recorded as
+    ``tools`` only when they are not the four built-ins (e.g. ``run_subagent`` added), so a
+    host that resumes the session offers the same set (R-SET-3)."""
     out: dict[str, Any] = {}
+    if local_tools is not None and sorted(local_tools) != _BUILTIN_NAMES:
+        out["tools"] = list(local_tools)
     if tools is not None:
         out["mcp"] = {name: server.record() for name, server in tools.servers.items()} or None
         out["approval_rules"] = dict(tools.rules) or None

@@ -6,7 +6,8 @@ injected, so the environment never depends on the layers that run sessions), the
 ``SessionSubagentRunner``, which runs each call as an independent child ``Session`` in the same
 data root and workspace: origin forwarding (R-SUB-1), the child's ``session_meta`` first so the
 parent writes its ``subagent`` pointer (R-SUB-3/4), the parent's approve callback seeing the
-child's calls tagged with ``origin`` (R-SUB-5), the nesting cap, and abort propagation.  Does
+child's calls tagged with ``origin`` (R-SUB-5), the nesting cap, abort propagation, and the
+order children announce themselves in (their calls', so the parent's pointers follow it).  Does
 not: write anything to the parent trace (the parent ``Session`` writes the pointer and never the
 child's messages, R-SUB-2/3), frame the tool output (``LocalEnvironment`` does), or decide what
 the child's trace holds (the child ``Session`` does, under its own abort and carry-over rules).
@@ -244,6 +245,7 @@ class SessionSubagentRunner:
         self._tg: anyio.abc.TaskGroup | None = None
         self._tg_cm: anyio.abc.TaskGroup | None = None
         self._live: set[AbortSignal] = set()
+        self._order = _InOrder()
 
     def __repr__(self) -> str:
         return (
@@ -290,6 +292,24 @@ class SessionSubagentRunner:
         tg = self._tg
         if tg is None:
             raise ToolError(_NOT_OPEN)
+        # Taken before the first await, so in the order the calls started (R-CONC-1: in call
+        # order); the children announce themselves in that order (see ``_InOrder``).
+        turn = self._order.take()
+        try:
+            async with aclosing(self._run(prompt, signal, approve, depth, turn)) as items:
+                async for item in items:
+                    yield item
+        finally:
+            self._order.done(turn)
+
+    async def _run(
+        self,
+        prompt: str,
+        signal: AbortSignal,
+        approve: ApproveFn | None,
+        depth: int,
+        turn: int,
+    ) -> AsyncGenerator[OmniMessage | SubagentOutcome, None]:
         child = await self._create_child(depth)
         tg = self._tg
         if tg is None:  # the runner closed while the child was being created
@@ -306,6 +326,14 @@ class SessionSubagentRunner:
         try:
             async with recv:
                 async for item in recv:
+                    if turn >= 0 and isinstance(item, OmniMessage):
+                        # The child's session_meta (R-SUB-4): the parent writes its pointer on
+                        # it (R-SUB-3), so pointers follow call order, as readers assume.
+                        await self._order.wait(turn)
+                        yield item
+                        self._order.done(turn)  # the pointer is written: the next may go
+                        turn = -1
+                        continue
                     yield item
             finished = True
         finally:
@@ -386,6 +414,41 @@ class SessionSubagentRunner:
         finally:
             send.close()
             done.set()
+
+
+class _InOrder:
+    """Children announce themselves (their ``session_meta``) in the order their calls started,
+    whatever order their sessions were created in (a thread hop each): the parent writes its
+    ``subagent`` pointers in that order, and the pointer is how a reader (the span tree, the
+    Web App) finds the call a child belongs to — the earliest call still running without one.
+    A call that ends without a child (refused, failed, aborted) gives its turn up."""
+
+    def __init__(self) -> None:
+        self._next_ticket = 0
+        self._next_turn = 0  # the earliest ticket not yet announced or given up
+        self._done: set[int] = set()
+        self._waiting: dict[int, anyio.Event] = {}
+
+    def take(self) -> int:
+        ticket = self._next_ticket
+        self._next_ticket += 1
+        return ticket
+
+    async def wait(self, ticket: int) -> None:
+        while self._next_turn < ticket:
+            event = self._waiting.setdefault(ticket, anyio.Event())
+            await event.wait()
+
+    def done(self, ticket: int) -> None:
+        """``ticket`` announced its child, or never will (idempotent)."""
+        if ticket < self._next_turn:
+            return
+        self._done.add(ticket)
+        while self._next_turn in self._done:
+            self._done.discard(self._next_turn)
+            self._next_turn += 1
+        for waiting in [t for t in self._waiting if t <= self._next_turn]:
+            self._waiting.pop(waiting).set()
 
 
 def _tagged_approve(approve: ApproveFn | None, session_id: str) -> ApproveFn | None:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from engine import (
     DEFAULT_MAX_TURNS,
     LLM,
+    RUN_SUBAGENT,
     CompactionSettings,
     Environment,
     RetryPolicy,
@@ -62,6 +63,9 @@ class Overrides:
     # session each replaces the recorded server of its name.
     mcp: Mapping[str, McpServer] | None = None
     approval_rules: Mapping[str, str] | None = None
+    # Offer ``run_subagent`` (SPEC §11): the host builds the session's subagent host
+    # (``penguin._subagents``) and the engine records the tool set (R-SET-1 ``tools``).
+    subagents: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +84,7 @@ class Resolved:
     # The MCP servers (with their secrets, from the configuration) and the approval rules.
     mcp: Mapping[str, McpServer] | None = None
     approval_rules: Mapping[str, str] | None = None
+    subagents: bool = False
 
     def session_options(self) -> dict[str, Any]:
         """``Session.create`` / ``resume_session`` keyword options."""
@@ -102,8 +107,12 @@ def resolve(
     default_compaction: CompactionSettings | None = Session.DEFAULT_COMPACTION,
     configured_mcp: Mapping[str, McpServer] | None = None,
     default_approval_rules: Mapping[str, str] | None = None,
+    default_subagents: bool = False,
 ) -> Resolved:
     """R-SET-3: each setting from the override, else the record, else the host's default.
+
+    Subagents: the explicit choice, else whether the recorded ``tools`` hold ``run_subagent``
+    (a record without ``tools`` offered the built-ins only), else ``default_subagents``.
 
     MCP servers (R-MCP-4): a session with a settings record uses the servers it names — each
     the explicit one of that name, else ``configured_mcp``'s (which holds the env and header
@@ -145,6 +154,7 @@ def resolve(
         and dict(overrides.approval_rules) != (recorded.approval_rules or {})
     ):
         overridden.append("approval_rules")
+    subagents = _subagents(recorded, overrides.subagents, default_subagents, overridden)
     return Resolved(
         approval=approval,
         max_turns=pick("max_turns", overrides.max_turns, DEFAULT_MAX_TURNS),
@@ -156,7 +166,22 @@ def resolve(
         overridden=tuple(overridden),
         mcp=servers,
         approval_rules=rules,
+        subagents=subagents,
     )
+
+
+def _subagents(
+    recorded: SettingsPayload | None, given: bool | None, default: bool, overridden: list[str]
+) -> bool:
+    """Whether the session offers ``run_subagent`` (``resolve``)."""
+    if recorded is None:
+        return default if given is None else given
+    was = RUN_SUBAGENT in (recorded.tools or ())
+    if given is None:
+        return was
+    if given != was:
+        overridden.append("tools")
+    return given
 
 
 def _tools(

@@ -209,13 +209,15 @@ def checked_thinking(level: str | None, *, where: str = "--thinking") -> str | N
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout instead of text.")]
 SubagentsOpt = Annotated[
-    bool,
+    bool | None,
     typer.Option(
         "--subagents/--no-subagents",
         help="Offer the run_subagent tool: the agent can delegate a task to a child session "
         "(same model, workspace and approval policy; its own trace, pointed to from this "
         "one).  A scripted run's children answer from the script's `subagent` key, else "
-        "with one fixed line.",
+        "with one fixed line.  Recorded: a resumed session keeps it unless told otherwise "
+        "[default: off for a new session].",
+        show_default=False,
     ),
 ]
 

@@ -207,6 +207,7 @@ def create_app(
     snapshots: bool = True,
     otlp: str | None = None,
     prices: Mapping[str, Price] | None = None,
+    subagents: bool = False,
 ) -> Starlette:
     """The server as an ASGI app; nothing runs until its lifespan starts.  ``fsync`` is the
     durability policy of the sessions it writes (R-TRACE-16); weaker than ``turn`` only by
@@ -218,7 +219,9 @@ def create_app(
     (SPEC §27; on by default, as in the CLI).  ``otlp``: an OTLP/HTTP endpoint the sessions'
     spans are sent to as their records are written (``replay.otel.LiveExport``).  ``prices``:
     USD per million tokens by model (``projections.Price``; default
-    ``projections.DEFAULT_PRICES``) for the estimated costs."""
+    ``projections.DEFAULT_PRICES``) for the estimated costs.  ``subagents``: a library host's
+    default for new sessions whose body does not say ``subagents`` (SPEC §11: the
+    ``run_subagent`` tool; off unless chosen — ``penguin serve`` leaves it to each session)."""
     data_root = root if isinstance(root, DataRoot) else DataRoot(root)
     tracing = None
     if otlp is not None:
@@ -247,6 +250,7 @@ def create_app(
         mcp_servers=mcp_servers,
         snapshots=snapshots,
         tracing=tracing,
+        subagents=subagents,
         on_state=lambda h: ctx_box[0].session_state_event(h),
         on_created=lambda sid, source: ctx_box[0].session_created_event(sid, source),
     )

@@ -93,6 +93,9 @@ class CreateSessionBody(_Body):
     # SPEC §26: MCP servers (None = those of the server's config.toml) and approval rules.
     mcp: dict[str, McpServerBody] | None = None
     approval_rules: dict[str, Rule] | None = None
+    # SPEC §11: offer the run_subagent tool (None = the server's default, off unless
+    # ``penguin serve --subagents``); recorded in the settings' ``tools`` (R-SET-1).
+    subagents: bool | None = None
 
 
 class GoalBody(_Body):

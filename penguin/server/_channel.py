@@ -5,7 +5,8 @@ Owns: event ids (``<file>:<ordinal>`` for a record, ``<file>:<ordinal>+<k>`` for
 other event after it), the replay buffer (10,000 events or 8 MiB), subscribers (bounded send
 buffers filled at publish time; a subscriber that falls behind is dropped and reconnects
 losslessly), the plan of a reconnect (buffer, or the trace when the buffer no longer holds the gap), and the open segments a reload
-shows as ``live`` fragments; ``BufferPool``, the bytes all channels' replay buffers may hold
+shows as ``live`` fragments, with the complete messages the running task's subagents streamed
+(never in this session's trace, R-SUB-2: a reload shows them under their call again); ``BufferPool``, the bytes all channels' replay buffers may hold
 together (issue 29: the least recently used channel's buffer is emptied first).  Does not: read
 traces (the host does) or speak HTTP.
 """
@@ -37,6 +38,10 @@ __all__ = [
 Key = tuple[int, int, int]
 _ID: Final = re.compile(r"(\d{1,9}):(\d{1,12})(?:\+(\d{1,15}))?")
 SUBSCRIBER_QUEUE: Final = 20_000
+# The running task's subagent messages a reload shows again: the latest, within these bounds
+# (the child's own trace holds them all; its page shows the rest).
+NESTED_MESSAGES: Final = 2_000
+NESTED_BYTES: Final = 4 * 2**20
 _json = msgspec.json.Encoder()
 
 
@@ -182,6 +187,8 @@ class Channel:
         self._max_bytes = max_bytes
         self._subs: set[Subscriber] = set()
         self._open = OpenSegments()
+        self._nested: deque[tuple[OmniMessage, int]] = deque()
+        self._nested_bytes = 0
 
     # ------------------------------------------------------------------ state
 
@@ -202,6 +209,10 @@ class Channel:
     def fragments(self) -> list[OmniMessage]:
         return self._open.snapshots()
 
+    def nested(self) -> list[OmniMessage]:
+        """The complete origin-tagged messages of the running task so far, oldest first."""
+        return [msg for msg, _ in self._nested]
+
     # ------------------------------------------------------------------ publishing
 
     def publish_record(self, msg: OmniMessage, file: int, ordinal: int) -> None:
@@ -217,7 +228,19 @@ class Channel:
         # (a no-op for a fragment): the child's stop fragment may never come.
         self._open.settle(msg)
         self._k += 1
-        self._push(Event((*self._record, self._k), None, encode(msg), False))
+        data = encode(msg)
+        if msg.origin and not msg.is_partial:
+            self._keep_nested(msg, len(data))
+        self._push(Event((*self._record, self._k), None, data, False))
+
+    def _keep_nested(self, msg: OmniMessage, size: int) -> None:
+        nested = self._nested
+        nested.append((msg, size))
+        self._nested_bytes += size
+        while len(nested) > NESTED_MESSAGES or (
+            self._nested_bytes > NESTED_BYTES and len(nested) > 1
+        ):
+            self._nested_bytes -= nested.popleft()[1]
 
     def publish_server(self, data: dict[str, Any]) -> None:
         self._k += 1
@@ -269,6 +292,8 @@ class Channel:
     def end_segments(self) -> None:
         """The task ended: nothing is streaming any more."""
         self._open.clear()
+        self._nested.clear()
+        self._nested_bytes = 0
 
     # ------------------------------------------------------------------ subscribing
 

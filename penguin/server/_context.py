@@ -117,6 +117,8 @@ class ServerContext:
                 base["approval"] = h.approval
             live = None if session is None else session.sandbox
             base["sandbox"] = h.sandbox if live is None else live.settings()
+            if h.subagents is not None:
+                base["subagents"] = h.subagents
             base["last_active"] = base.get("last_active") or _iso(h.last_active)
         else:
             base.update(state="idle", title=None)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import aclosing
+from contextlib import AsyncExitStack, aclosing
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Literal, Protocol
@@ -37,6 +37,7 @@ from engine import (
     SandboxUnavailable,
     Session,
     SnapshotSettings,
+    SubagentRunner,
     check_workspace,
 )
 from engine.llm import ScriptedEnvironment, ScriptedLLM
@@ -58,6 +59,7 @@ from eventstore import (
 from eventstore.builders import restamped
 from penguin._goal import GoalRounds
 from penguin._setup import Overrides, Resolved, open_session, resolve
+from penguin._subagents import Subagents, SubagentsUnavailable, build_subagents
 from replay import fork_session, load_session
 
 from . import _controls as controls
@@ -70,7 +72,10 @@ __all__ = ["EnvironmentFactory", "LLMFactory", "SessionHost"]
 
 LLMFactory = Callable[[str | None], LLM]
 """Builds the model of one session; called with the model a client asked for (or ``None``)."""
-EnvironmentFactory = Callable[[LLM, Path], Environment]
+EnvironmentFactory = Callable[..., Environment]
+"""Builds a session's environment: ``(llm, workspace)``, and ``subagents=`` a
+``SubagentRunner`` for a session that offers ``run_subagent`` (a factory without that keyword
+cannot host such sessions)."""
 
 log = logging.getLogger("penguin.server")
 
@@ -90,10 +95,12 @@ def default_llm(model: str | None) -> LLM:
     )
 
 
-def default_environment(llm: LLM, workspace: Path) -> Environment:
+def default_environment(
+    llm: LLM, workspace: Path, *, subagents: SubagentRunner | None = None
+) -> Environment:
     if isinstance(llm, ScriptedLLM) and llm.script.tools:
         return ScriptedEnvironment.from_llm(llm)
-    return LocalEnvironment(workspace)
+    return LocalEnvironment(workspace, subagents=subagents)
 
 
 async def _close_llm(llm: Any) -> None:
@@ -148,8 +155,12 @@ class SessionHost:
         mcp_servers: Mapping[str, McpServer] | None = None,
         snapshots: bool = True,
         tracing: Tracing | None = None,
+        subagents: bool = False,
     ) -> None:
         self.root = root
+        # New sessions offer run_subagent unless the client says otherwise (off by default:
+        # a subagent runs the model and tools again, so a person opts in).
+        self.subagents = subagents
         self._tracing = tracing  # ``--otlp``: spans of the sessions, sent as records arrive
         self._snapshots = SnapshotSettings() if snapshots else None
         self.mcp_servers = dict(mcp_servers or {})  # config.toml's: a session's default
@@ -284,6 +295,7 @@ class SessionHost:
         network: bool | None = None,
         mcp: Mapping[str, McpServer] | None = None,
         approval_rules: Mapping[str, str] | None = None,
+        subagents: bool | None = None,
     ) -> Hosted:
         if not self.accepting:
             raise ApiError(503, "shutting_down", "the server is shutting down")
@@ -300,6 +312,7 @@ class SessionHost:
             compaction_off=compaction is None,
             mcp=mcp,
             approval_rules=approval_rules,
+            subagents=subagents,
         )
         resolved = resolve(
             None,
@@ -307,12 +320,18 @@ class SessionHost:
             default_approval=approval,
             default_retry=self._retry,
             configured_mcp=self.mcp_servers,
+            default_subagents=self.subagents,
         )
+        try:
+            children = _subagent_host(self, llm, resolved, model, ws, project, agent)
+        except ApiError:
+            await _close_llm(llm)
+            raise
         try:
             session = await open_session(
                 self.root,
                 llm=llm,
-                environment=self._env_factory,
+                environment=_environment(self._env_factory, children),
                 resolved=resolved,
                 workspace=ws,
                 system_prompt=system_prompt,
@@ -333,7 +352,7 @@ class SessionHost:
         h = self._new_hosted(session.id, project, agent, (0, 0))
         h.approval, h.overrides, h.model = approval, overrides, model
         h.sandbox = None if session.sandbox is None else session.sandbox.settings()
-        await self._hold(h, session, llm)
+        await self._hold(h, session, llm, children)
         self._on_created(h.id, "server")
         return h
 
@@ -352,10 +371,14 @@ class SessionHost:
             resolved = await _recorded(self.root, h, self)
             llm = _make_llm(self._llm_factory, h.model, resolved.model)
             try:
+                # R-SET-3: a session recorded with run_subagent offers it again.
+                children = _subagent_host(
+                    self, llm, resolved, h.model, workspace, h.project, h.agent
+                )
                 session = await open_session(
                     self.root,
                     llm=llm,
-                    environment=self._env_factory,
+                    environment=_environment(self._env_factory, children),
                     resolved=resolved,
                     session_id=h.id,
                     workspace=workspace,
@@ -383,7 +406,7 @@ class SessionHost:
             # have written while the session was not loaded: those records are the stream's
             # too, published before anything the loaded session writes.
             h.position = await self._publish_new(h)
-            await self._hold(h, session, llm)
+            await self._hold(h, session, llm, children)
             return session
 
     async def _publish_new(self, h: Hosted) -> tuple[int, int]:
@@ -469,7 +492,9 @@ class SessionHost:
                         log.debug("releasing idle session %s", h.id)
                         await self._unload(h)
 
-    async def _hold(self, h: Hosted, session: Session, llm: LLM) -> None:
+    async def _hold(
+        self, h: Hosted, session: Session, llm: LLM, children: Subagents | None = None
+    ) -> None:
         h.closing, h.closed = anyio.Event(), anyio.Event()
         if isinstance(llm, ScriptedLLM):
             llm.bind(session)
@@ -477,19 +502,26 @@ class SessionHost:
         if self._tracing is not None:
             h.forget_listener = _traced(session, h.id, self._tracing, h.forget_listener)
         h.session, h.llm = session, llm
+        h.subagents = children is not None
         self.touch(h)
-        await self._group().start(self._holder, h, session, llm)
+        await self._group().start(self._holder, h, session, llm, children)
 
     async def _holder(
         self,
         h: Hosted,
         session: Session,
         llm: LLM,
+        children: Subagents | None,
         *,
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         try:
-            async with session:
+            async with AsyncExitStack() as stack:
+                if children is not None:
+                    # Entered before the session and left after it: the children run in the
+                    # runner's task group, and leaving it aborts any still running.
+                    await stack.enter_async_context(children.runner)
+                await stack.enter_async_context(session)
                 task_status.started()
                 await h.closing.wait()
         finally:
@@ -501,6 +533,8 @@ class SessionHost:
                 if h.session is session:
                     h.session, h.llm = None, None
                 await _close_llm(llm)
+                if children is not None:
+                    await children.aclose()
                 h.closed.set()
 
     async def _unload(self, h: Hosted) -> None:
@@ -713,6 +747,7 @@ async def _recorded(root: DataRoot, h: Hosted, host: SessionHost) -> Resolved:
         default_approval=host.approval,
         default_retry=host._retry,
         configured_mcp=host.mcp_servers,
+        default_subagents=host.subagents,
     )
     h.approval = resolved.approval  # type: ignore[assignment]
     return resolved
@@ -732,6 +767,59 @@ def _make_llm(factory: LLMFactory, model: str | None, recorded: Any) -> LLM:
     if base_url is not None and takes_endpoint:
         return factory(wanted, endpoint=base_url)  # type: ignore[call-arg]
     return factory(wanted)
+
+
+def _subagent_host(
+    host: SessionHost,
+    llm: LLM,
+    resolved: Resolved,
+    model: str | None,
+    workspace: Path,
+    project: str,
+    agent: str,
+) -> Subagents | None:
+    """A session's subagent host when it offers ``run_subagent`` (``resolved``): the children
+    get the parent's kind of model (``penguin._subagents``, as the CLI's ``--subagents``); 409
+    when this model or environment cannot host them."""
+    if not resolved.subagents:
+        return None
+    if not _takes(host._env_factory, "subagents"):
+        raise ApiError(
+            409,
+            "subagents_unavailable",
+            "this server's environment factory cannot offer run_subagent",
+        )
+    factory = host._llm_factory
+    try:
+        return build_subagents(
+            llm,
+            lambda: _make_llm(factory, model, resolved.model),
+            root=host.root,
+            workspace=workspace,
+            project=project,
+            agent=agent,
+            compaction=resolved.compaction,
+            max_turns=resolved.max_turns,
+            fsync=host._fsync,
+        )
+    except SubagentsUnavailable as exc:
+        raise ApiError(409, "subagents_unavailable", str(exc)) from None
+
+
+def _environment(
+    factory: EnvironmentFactory, children: Subagents | None
+) -> Callable[[LLM, Path], Environment]:
+    if children is None:
+        return factory
+    runner = children.runner
+    return lambda llm, workspace: factory(llm, workspace, subagents=runner)
+
+
+def _takes(factory: Callable[..., Any], keyword: str) -> bool:
+    try:
+        return keyword in inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _recorded_workspace(files: list[Path]) -> Path:

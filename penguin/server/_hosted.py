@@ -57,6 +57,8 @@ class Hosted:
     model: str | None = None
     # SPEC §25: what the session was created with, given again when it is loaded again.
     sandbox: dict[str, Any] | None = None
+    # Whether the loaded session offers run_subagent (None: not loaded here yet).
+    subagents: bool | None = None
     # The session's MCP servers and approval rules (Session.create's options), kept for reloads.
     session: Session | None = None
     llm: Any = None

@@ -14,7 +14,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from engine import DEFAULT_MAX_TURNS, CompactionSettings, McpServer, Session
+from engine import DEFAULT_MAX_TURNS, RUN_SUBAGENT, CompactionSettings, McpServer, Session
 from eventstore import encode, iter_trace
 from penguin._goal import goal_dict
 from projections import project
@@ -149,6 +149,7 @@ async def create_session(request: Request) -> Response:
         network=body.network,
         mcp=_mcp(body, ctx.host.mcp_servers),
         approval_rules=body.approval_rules,
+        subagents=body.subagents,
     )
     # The host announced it (R-SET-6: session_created once per session).
     return json_response(ctx.row(h, None), 201)
@@ -204,6 +205,8 @@ def _folded(path: Path, compaction_off: bool) -> dict[str, Any]:
         "compactability": verdict,
     }
     recorded = state.settings
+    # Whether it offers run_subagent when loaded (R-SET-3: the recorded tools).
+    out["subagents"] = recorded is not None and RUN_SUBAGENT in (recorded.tools or ())
     if recorded is not None and recorded.sandbox is not None:
         # The sandbox it will run under when loaded (SPEC §23: the recorded settings), not the
         # "no sandbox" of a row whose session is not loaded yet after a restart.
@@ -244,7 +247,12 @@ async def messages(request: Request) -> Response:
     # describe the events up to the same point.
     upto = h.channel.last_record
     live = (
-        {"cursor": h.channel.cursor, "fragments": h.channel.fragments()}
+        {
+            "cursor": h.channel.cursor,
+            "fragments": h.channel.fragments(),
+            # What the running task's subagents said so far (not in this trace, R-SUB-2).
+            "subagent_messages": h.channel.nested(),
+        }
         if h.busy is not None
         else None
     )

@@ -96,6 +96,7 @@ def serve(
     snapshots: bool = True,
     otlp: str | None = None,
     prices: Mapping[str, Price] | None = None,
+    subagents: bool = False,
 ) -> None:
     """Serve until SIGINT/SIGTERM (which abort running tasks as a user abort would; exit
     within 10 s).  Once bound, ``announce(url)`` gets the login URL (``port=0`` binds a free
@@ -123,6 +124,7 @@ def serve(
         snapshots=snapshots,
         otlp=otlp,
         prices=prices,
+        subagents=subagents,
     )
     ctx: ServerContext = app.state.penguin
     shown = f"[{host}]" if ":" in host else host

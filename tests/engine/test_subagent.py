@@ -60,6 +60,7 @@ from eventstore import (
     TextPayload,
     ToolCallOutputPayload,
     ToolCallPayload,
+    read_trace,
 )
 from eventstore import builders as b
 from eventstore.builders import payload_type, stop_reason_of
@@ -636,3 +637,84 @@ async def test_leaving_the_parent_stream_aborts_the_child(env: Env) -> None:
         for session in (parent, child):
             last = check_trace(session)[-1].payload
             assert isinstance(last, AbortPayload) and last.reason == "aborted by user"
+
+
+class _ListsWhenLet(LocalEnvironment):
+    """A child environment whose tool list (the first thing its child's run awaits) waits for
+    ``let``: its child announces itself late."""
+
+    def __init__(self, workspace: Path, let: anyio.Event) -> None:
+        super().__init__(workspace, tools=[])
+        self.let = let
+
+    async def list_tools(self) -> list[Any]:
+        await self.let.wait()
+        return await super().list_tools()
+
+
+class _Streaming(ScriptedLLM):
+    """Says when its child has got as far as asking its model."""
+
+    def __init__(self, script: Any, asked: anyio.Event) -> None:
+        super().__init__(script)
+        self.asked = asked
+
+    def stream(self, request: LLMRequest) -> Any:
+        self.asked.set()
+        return super().stream(request)
+
+
+async def test_pointers_follow_call_order_when_children_start_out_of_order(env: Env) -> None:
+    """R-SUB-3 and the readers that link a pointer to the earliest running call without a
+    child (the span tree, the Web App): the first call's child is slow to start, the second's
+    is at work first — its pointer still comes second."""
+    let_first = anyio.Event()
+    second_asked = anyio.Event()
+    made: list[str] = []
+
+    def environment(runner: SubagentRunner | None) -> Environment:
+        made.append("env")
+        let = let_first if len(made) == 1 else anyio.Event()
+        if len(made) > 1:
+            let.set()
+        return _ListsWhenLet(env.workspace, let)
+
+    llms = [
+        ScriptedLLM([[{"text": "first done"}]]),
+        _Streaming([[{"text": "second done"}]], second_asked),
+    ]
+    runner = SessionSubagentRunner(
+        lambda: llms.pop(0),
+        root=env.root,
+        workspace=env.workspace,
+        environment_factory=environment,
+        compaction=None,
+        retry=RETRY,
+    )
+    parent, _ = await make_session(
+        env,
+        [[spawn("first", "p1"), spawn("second", "p2")], FINAL],
+        environment=LocalEnvironment(env.workspace, tools=[], subagents=runner),
+    )
+
+    async def let_go_once_the_second_works() -> None:
+        await second_asked.wait()  # the second child is running: it would announce first
+        let_first.set()
+
+    async with parent, runner, anyio.create_task_group() as tg:
+        tg.start_soon(let_go_once_the_second_works)
+        with anyio.fail_after(GUARD_S):
+            stream = await collect(parent.run([b.user_text("go")], approve=allow_all))
+        check_trace(parent, stream)
+    found = pointers(trace_records(parent))
+    assert len(found) == 2
+    prompts = [
+        next(
+            r.payload.text
+            for r in read_trace(DataRoot(env.home).trace_files(child)).records
+            if isinstance(r.payload, TextPayload) and r.payload.role == "user"
+        )
+        for child in found
+    ]
+    assert prompts == ["first", "second"]
+    assert output_of(stream, "p1").payload.output == "first done"  # type: ignore[union-attr]

@@ -92,3 +92,62 @@ def test_resume_keeps_the_recorded_snapshots_over_the_configs_r_set_3(tmp_path: 
         for p in home.rglob("*.jsonl")
         for r in iter_trace(p)
     )
+
+
+def test_subagents_from_the_choice_else_the_recorded_tools_else_off() -> None:
+    """R-SET-3 for ``run_subagent``: recorded in the settings' ``tools`` (R-SET-1)."""
+    with_tools = RECORDED.__class__(tools=["exec_command", "run_subagent"])
+    assert resolve(None, Overrides(), default_approval="ask").subagents is False
+    assert resolve(None, Overrides(subagents=True), default_approval="ask").subagents is True
+    assert resolve(with_tools, Overrides(), default_approval="ask").subagents is True
+    assert resolve(RECORDED, Overrides(), default_approval="ask").subagents is False
+    # A host's default applies to what has no record; a record without the tool keeps it off.
+    assert resolve(None, Overrides(), default_approval="ask", default_subagents=True).subagents
+    assert not resolve(
+        RECORDED, Overrides(), default_approval="ask", default_subagents=True
+    ).subagents
+    off = resolve(with_tools, Overrides(subagents=False), default_approval="ask")
+    assert off.subagents is False and off.overridden == ("tools",)
+    same = resolve(with_tools, Overrides(subagents=True), default_approval="ask")
+    assert same.subagents is True and same.overridden == ()
+
+
+def test_resume_keeps_the_recorded_subagents_unless_told_otherwise(tmp_path: Path) -> None:
+    """``penguin run --subagents`` records the tool set; ``resume`` offers run_subagent again
+    without the flag (R-SET-3); ``--no-subagents`` turns it off, and that is recorded."""
+    home, ws = tmp_path / "home", tmp_path / "ws"
+    home.mkdir()
+    ws.mkdir()
+    spawn = {"tool_call": {"name": "run_subagent", "arguments": {"prompt": "look"}}}
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps(
+            {
+                "responses": [[spawn], [{"text": "done"}]],
+                "subagent": [[{"text": "child answer"}]],
+            }
+        )
+    )
+    run = ("--home", home, "run", "-m", "go", "--workspace", ws, "--script", script)
+    first = invoke(*run, "--subagents")
+    assert first.exit_code == 0, first.output
+    again = invoke("--home", home, "resume", "-m", "again", "--script", script)
+    assert again.exit_code == 0, again.output
+    off = invoke("--home", home, "resume", "-m", "once more", "--script", script, "--no-subagents")
+    assert off.exit_code == 0, off.output
+
+    def children() -> int:
+        return sum(
+            1
+            for p in home.rglob("*.jsonl")
+            for r in iter_trace(p)
+            if r.type == "session_meta" and getattr(r.payload, "source", None) == "subagent"
+        )
+
+    assert children() == 2  # the first run's child and the resumed run's
+    traces = [list(iter_trace(p)) for p in sorted(home.rglob("*.jsonl"))]
+    (parent,) = [t for t in traces if getattr(t[0].payload, "source", None) is None]
+    tools = [r.payload.tools for r in parent if isinstance(r.payload, SettingsPayload)]
+    assert tools == [["exec_command", "read_file", "write_file", "edit_file", "run_subagent"], None]
+    # The restored settings line says so.
+    assert "tools exec_command,read_file,write_file,edit_file,run_subagent" in again.output

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -161,7 +162,10 @@ async def _chat(g: Globals, setup: Setup) -> None:
     try:
         while True:
             session = await setup.open(system_prompt=DEFAULT_SYSTEM_PROMPT, session_id=session_id)
-            async with session:
+            async with AsyncExitStack() as stack:
+                if setup.host is not None:  # a session recorded with subagents keeps them
+                    await stack.enter_async_context(setup.host.runner)
+                await stack.enter_async_context(session)
                 chat = Chat(
                     session,
                     setup.llm,
@@ -190,6 +194,8 @@ async def _chat(g: Globals, setup: Setup) -> None:
             )
     finally:
         await close_llm(setup.llm)
+        if setup.host is not None:
+            await setup.host.aclose()
 
 
 def _recent(g: Globals, root: DataRoot) -> list[str]:

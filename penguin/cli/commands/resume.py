@@ -140,7 +140,7 @@ def resume(
     max_context_length: MaxContextOpt = None,
     max_session_turns: MaxSessionTurnsOpt = None,
     compaction_mode: ModeOpt = None,
-    subagents: SubagentsOpt = False,
+    subagents: SubagentsOpt = None,
     sandbox: SandboxOpt = None,
     network: NetworkOpt = None,
     goal_continue: GoalContinueOpt = False,

@@ -71,7 +71,7 @@ def run(
             "--system-prompt", help="System prompt of the new session.", show_default=False
         ),
     ] = None,
-    subagents: SubagentsOpt = False,
+    subagents: SubagentsOpt = None,
     sandbox: SandboxOpt = None,
     network: NetworkOpt = None,
     goal: GoalOpt = False,

@@ -134,7 +134,7 @@ def serve(
                 port=port,
                 token=token,
                 llm_factory=llm_factory,
-                environment_factory=lambda m, w: environment_for(m, w),
+                environment_factory=environment_for,
                 workspace=ws,
                 approval=approve.value,
                 fsync=fsync.value,

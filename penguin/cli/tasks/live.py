@@ -4,7 +4,7 @@ Owns: choosing the environment, the approval callback (``allow-all``, ``deny-all
 y/n read from stdin in a daemon thread — or ``refuse``, deny with a notice), Ctrl-C
 handling (first → the run's ``AbortSignal``, second → exit 130 at once), the live ``[retry]``
 countdown on a terminal's stderr, streaming the run as a rendering or as JSON lines, and the
-``--subagents`` host (a ``SessionSubagentRunner`` whose children get the same kind of model).
+``--subagents`` host (``penguin._subagents``: children get the same kind of model).
 Does not: implement any engine behaviour, or choose the model (``tasks.model``).
 """
 
@@ -34,7 +34,6 @@ from engine import (
     GoalOptions,
     LocalEnvironment,
     Session,
-    SessionSubagentRunner,
     SubagentRunner,
     allow_all,
     deny_all,
@@ -50,13 +49,15 @@ from eventstore import (
     encode,
 )
 from eventstore.builders import user_text
+from penguin._subagents import CHILD_SCRIPT, SUBAGENT_SYSTEM_PROMPT, Subagents, SubagentsUnavailable
+from penguin._subagents import build_subagents as _build_subagents
 from penguin.cli.errors import CliError
 from penguin.cli.terminal.console import quiet_stdout
 from penguin.cli.terminal.keyboard import Keyboard, restore_terminal
 from penguin.cli.terminal.safe import preview, safe, safe_json_bytes
 from penguin.cli.views.render import StreamRenderer, short_id
 
-from .model import ApproveMode, ModelChoice, build_llm, close_llm
+from .model import ApproveMode, ModelChoice, build_llm
 
 __all__ = [
     "CHILD_SCRIPT",
@@ -90,27 +91,6 @@ def environment_for(
 
 # --------------------------------------------------------------------------- subagents
 
-CHILD_SCRIPT: Final = [[{"text": "(scripted subagent) Nothing to do: this run has no model."}]]
-"""What a scripted run's children answer when the script has no ``subagent`` key."""
-
-SUBAGENT_SYSTEM_PROMPT: Final = (
-    "You are a subagent working in the user's workspace with the tools provided. Complete the "
-    "task you are given on your own and end with a concise final answer: it is all the "
-    "delegating agent will see."
-)
-
-
-@dataclass(slots=True)
-class Subagents:
-    """The ``--subagents`` host: enter ``runner`` around the parent session, then ``aclose``."""
-
-    runner: SessionSubagentRunner
-    llms: list[LLM]
-
-    async def aclose(self) -> None:
-        for llm in self.llms:
-            await close_llm(llm)
-
 
 def build_subagents(
     llm: LLM,
@@ -123,44 +103,22 @@ def build_subagents(
     compaction: CompactionSettings | None,
     max_turns: int,
 ) -> Subagents:
-    """A runner whose children use the parent's kind of model, data root, workspace, project
-    and agent.  A scripted parent's children each get a fresh ``ScriptedLLM`` of the script's
-    top-level ``subagent`` key (a script of its own), else of ``CHILD_SCRIPT``; a provider's
-    children each get a new client built from the same options.  Children cannot spawn
-    (depth 1) and are not bound for ``steer`` items."""
-    make: Callable[[], LLM]
-    if isinstance(llm, ScriptedLLM):
-        child_script: Any = llm.script.extra.get("subagent", CHILD_SCRIPT)
-        try:
-            ScriptedLLM(child_script)  # a bad child script is an input error now, not mid-run
-        except (ValueError, TypeError, OSError) as exc:
-            raise CliError(f"invalid `subagent` script: {safe(str(exc))}") from None
-
-        def make() -> LLM:
-            return ScriptedLLM(child_script)
-    else:
-
-        def make() -> LLM:
-            return build_llm(choice)
-
-    created: list[LLM] = []
-
-    def factory() -> LLM:
-        child = make()
-        created.append(child)
-        return child
-
-    runner = SessionSubagentRunner(
-        factory,
-        root=root,
-        workspace=workspace,
-        system_prompt=SUBAGENT_SYSTEM_PROMPT,
-        project=project,
-        agent=agent,
-        compaction=compaction,
-        max_turns=max_turns,
-    )
-    return Subagents(runner=runner, llms=created)
+    """The ``--subagents`` host (``penguin._subagents``, shared with ``penguin serve``): a
+    provider's children each get a new client built from the same options."""
+    try:
+        return _build_subagents(
+            llm,
+            lambda: build_llm(choice),
+            root=root,
+            workspace=workspace,
+            project=project,
+            agent=agent,
+            compaction=compaction,
+            max_turns=max_turns,
+        )
+    except SubagentsUnavailable as exc:
+        message = str(exc).replace("subagents need", "--subagents needs", 1)
+        raise CliError(safe(message)) from None
 
 
 def build_compaction(

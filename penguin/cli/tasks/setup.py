@@ -12,6 +12,7 @@ or a chat (``chat``).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -97,7 +98,7 @@ def prepare(
     workspace: Path | None = None,
     sandbox: str | None = None,
     network: bool | None = None,
-    subagents: bool = False,
+    subagents: bool | None = None,
     thinking: str | None = None,
 ) -> Setup:
     """Decide a new session's (``resumed`` None) or a resumed one's setup, in the one order."""
@@ -112,6 +113,8 @@ def prepare(
 
     config = load_config(g.root().home)
     restored = resumed.settings if resumed is not None else None
+    if subagents is not None:
+        overrides = dataclasses.replace(overrides, subagents=subagents)
     choice, llm = _model(llm_options, config, resumed)
     mode = choose_approve(
         approve,
@@ -138,7 +141,7 @@ def prepare(
         location = root.locate(resumed.session_id, project=g.project, agent=g.agent)
         project, agent = location.project, location.agent
     host: Subagents | None = None
-    if subagents:
+    if resolved.subagents:  # the flag, else the recorded tools (R-SET-3)
         host = build_subagents(
             llm,
             choice,

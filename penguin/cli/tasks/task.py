@@ -105,7 +105,7 @@ class TaskOptions:
     workspace: Path | None
     max_turns: int | None
     compaction: CompactionSettings
-    subagents: bool
+    subagents: bool | None
     as_json: bool
     goal: GoalOptions | None = None
     thinking: str | None = None
@@ -124,7 +124,7 @@ def task_options(
     workspace: Path | None,
     max_turns: int | None,
     compaction: tuple[int | None, int | None, Any],
-    subagents: bool,
+    subagents: bool | None,
     as_json: bool,
     goal: GoalOptions | None = None,
     thinking: str | None = None,

@@ -268,6 +268,9 @@ export function conversationView(root, id) {
     let last = null;
     if (transcript.lastAuth) lockComposer(transcript.lastAuth);
     if (page.live) {
+      // What the running task's subagents said so far (never in this trace, R-SUB-2), then
+      // the open segments: a reload shows their text under their call again.
+      for (const msg of page.live.subagent_messages || []) transcript.add(msg, null, true);
       for (const frag of page.live.fragments) transcript.add(frag, null, true);
       last = page.live.cursor;
       setState("running");

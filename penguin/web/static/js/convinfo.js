@@ -1,5 +1,6 @@
 // Owns: what the conversation page says about its session besides the transcript: the header's
-// details line (archived, workspace, model, approval mode, sandbox) and, while nothing is recorded yet,
+// details line (archived, workspace, model, approval mode, sandbox, subagents when offered)
+// and, while nothing is recorded yet,
 // what to do next. Built from the session's row (GET /api/sessions/{id}).
 import { clear, h, setText } from "./dom.js";
 import { costNode } from "./cost.js";
@@ -20,6 +21,7 @@ export function sessionInfo() {
         item("Model", row.model),
         item("Approval", row.approval),
         item("Sandbox", sandbox),
+        item("Subagents", row.subagents ? "on" : null),
         row.tokens ? h("span", { class: "info-usage" }, `${Number(row.tokens).toLocaleString()} tokens `, costNode(row.cost, row.unpriced_tokens)) : null,
       );
     },

@@ -279,6 +279,8 @@ function newSessionForm(error) {
   const sandbox = h("select", { name: "sandbox" },
     ["workspace-write", "read-only", "off"].map((v) => h("option", { value: v }, v)));
   const network = h("input", { type: "checkbox", name: "network" });
+  // SPEC §11: the run_subagent tool, off unless ticked (a subagent runs the model again).
+  const subagents = h("input", { type: "checkbox", name: "subagents" });
   const prompt = h("textarea", { name: "system_prompt", rows: 2, placeholder: "system prompt (optional)" });
   // MCP servers for this session (docs/mcp.md): a JSON object of name -> {} (a server of the
   // server's config.toml) or {"url": ...}; empty: the configured servers.
@@ -293,6 +295,7 @@ function newSessionForm(error) {
       error.hidden = true;
       const body = { approval: approval.value, sandbox: sandbox.value };
       if (network.checked || sandbox.value !== "off") body.network = network.checked;
+      body.subagents = subagents.checked;
       if (workspace.value.trim()) body.workspace = workspace.value.trim();
       if (prompt.value.trim()) body.system_prompt = prompt.value;
       if (mcp.value.trim()) {
@@ -317,6 +320,7 @@ function newSessionForm(error) {
   h("label", null, "Approval ", approval),
   h("label", null, "Sandbox ", sandbox),
   h("label", null, network, " Network"),
+  h("label", { title: "Offer the run_subagent tool: the agent may delegate a task to a child session with the same model, workspace and approval mode; its text streams under the call" }, subagents, " Subagents"),
   h("label", { class: "wide" }, "System prompt ", prompt),
   h("label", { class: "wide" }, "MCP servers ", mcp),
   h("button", { type: "submit", class: "primary" }, "Create session"));

@@ -4,7 +4,9 @@
 // their block (Markdown rendered as it arrives, at most once a frame); the complete message
 // replaces them. A half-streamed answer the trace did not keep (the server restarted) stays,
 // marked interrupted; a steering message shows as queued until delivered, dropped if the task
-// ended first. Does not: send requests (callbacks do).
+// ended first. A subagent's messages nest under the run_subagent call that started it (the
+// earliest such call still running without a child, as the span tree links them), its text
+// streaming there as it arrives. Does not: send requests (callbacks do).
 import { authImage } from "./api.js";
 import { h, visible, setText } from "./dom.js";
 import { markdown, streamingMarkdown } from "./markdown.js";
@@ -205,8 +207,8 @@ export class Transcript {
         this.inCompaction = false;
         return this.push({ kind: "notice", cls: "compaction", text: `Compaction ${p.status} (${p.reason}, ${p.mode})${p.error_message ? `: ${p.error_message}` : ""}` });
       case "subagent": {
-        const host = this.subHosts.get(p.session_id) || this.lastRunningTool();
-        if (host) { host.child = p.session_id; this.refresh(host); return host; }
+        const host = this.subagentHost(p.session_id);
+        if (host) { this.refresh(host); return host; }
         return this.push({ kind: "notice", cls: "subagent", text: `Subagent ${p.session_id}`, link: p.session_id });
       }
       case "goal_finished":
@@ -240,21 +242,58 @@ export class Transcript {
     return null;
   }
 
+  /** The tool block a child session nests under: the one it was given, else the earliest
+   * run_subagent call still running without a child (the order the engine writes the
+   * pointers in, R-SUB-3; the span tree links them the same way), else the last running call. */
+  subagentHost(child) {
+    let host = this.subHosts.get(child);
+    if (host) return host;
+    host = this.blocks.find((b) => b.kind === "tool" && b.name === "run_subagent" && !b.done && !b.child)
+      || this.lastRunningTool();
+    if (!host) return null;
+    this.subHosts.set(child, host);
+    host.child = child;
+    return host;
+  }
+
+  /** A subagent's message (R-SUB-1: origin names the child first): its text streams under
+   * its call, its tool calls and outputs show as one line each. */
   addNested(rec) {
     const p = rec.payload || {};
-    if (rec.type !== "model_msg" || (p.type || "").startsWith("partial_")) return null;
-    const child = rec.origin[0];
-    let host = this.subHosts.get(child);
-    if (!host) {
-      host = this.lastRunningTool();
-      if (!host) return null;
-      this.subHosts.set(child, host);
-      host.child = child;
+    const host = this.subagentHost(rec.origin[0]);
+    if (!host) return null;
+    if (!host.done) host.running = true;  // its subagent is at work
+    if (rec.type === "session_meta") { this.refresh(host); return host; }
+    if (rec.type !== "model_msg") return null;
+    const key = `${rec.origin.join("/")} ${p.type === "partial_thinking" || p.type === "thinking" ? "thinking" : "text"}`;
+    host.streams = host.streams || new Map();
+    if (p.type === "partial_text" || p.type === "partial_thinking") {
+      const content = (p.type === "partial_text" ? p.text : p.thinking) || "";
+      let entry = host.streams.get(key);
+      if (p.event_type === "stop") return host;
+      if (!entry || p.event_type === "start") {
+        entry = { role: p.role || "assistant", type: p.type.slice(8), text: content, streaming: true };
+        host.streams.set(key, entry);
+        host.children.push(entry);
+        this.refresh(host);
+      } else if (content) {
+        entry.text += content;
+        if (entry.node && entry.node.isConnected) setText(entry.node, visible(entry.text));
+        else this.refresh(host);
+      }
+      return host;
     }
+    if (p.type && p.type.startsWith("partial_")) return null;
     const text = p.type === "tool_call" ? `→ ${p.name} ${p.arguments}`
       : p.type === "tool_call_output" ? `← ${p.output}`
         : p.text ?? p.thinking ?? "";
-    host.children.push({ role: p.role, type: p.type, text });
+    const open = (p.type === "text" || p.type === "thinking") ? host.streams.get(key) : null;
+    if (open) {  // the complete message replaces what streamed
+      host.streams.delete(key);
+      Object.assign(open, { text, streaming: false });
+    } else {
+      host.children.push({ role: p.role, type: p.type, text });
+    }
     this.refresh(host);
     return host;
   }
@@ -284,6 +323,11 @@ export class Transcript {
     for (const block of this.tools.values()) {
       if (!block.done && (block.streaming || block.running || block.pending)) {
         Object.assign(block, { streaming: false, running: false, pending: false, interrupted: true });
+        this.refresh(block);
+      }
+      if (block.streams && block.streams.size) {  // a subagent's text the stream never completed
+        for (const entry of block.streams.values()) entry.streaming = false;
+        block.streams.clear();
         this.refresh(block);
       }
     }
@@ -451,10 +495,13 @@ const RENDER = {
         h("button", { class: "danger deny", onclick: () => t.cb.onDecide(b.id, "deny") }, "Deny")) : null,
       b.output !== null && b.output !== undefined ? h("pre", { class: "output" }, visible(b.output)) : null,
       (b.images || []).map((img) => shot("tool image", imageSrc(t.sessionId, img))),
-      b.child || b.children.length ? h("div", { class: "nested" },
+      b.child || b.children.length ? h("div", { class: "nested", dataset: b.child ? { child: b.child } : {} },
         h("div", { class: "muted small" }, "Subagent ",
           b.child ? h("a", { href: `#/s/${encodeURIComponent(b.child)}` }, b.child) : null),
-        b.children.map((c) => h("div", { class: `nested-msg ${c.role}` }, visible(c.text)))) : null);
+        b.children.map((c) => {
+          c.node = h("div", { class: `nested-msg ${c.role} t-${c.type}${c.streaming ? " streaming" : ""}`, "aria-busy": c.streaming ? "true" : null }, visible(c.text));
+          return c.node;
+        })) : null);
   },
   folded(b) {
     return h("details", { class: "folded" }, h("summary", null, b.label),
