@@ -670,6 +670,11 @@ class SessionHost:
     async def fork(self, h: Hosted, at: tuple[int, int]) -> str:
         if h.busy is not None:
             raise ApiError(409, "task_in_progress", "the session is busy")
+        try:
+            # Before unloading: one not written yet could not be loaded again (a fuzzer's 500).
+            self.root.latest_trace(h.id, project=h.project, agent=h.agent)
+        except FileNotFoundError:
+            raise ApiError(400, "bad_fork_point", "the session has no records yet") from None
         await self._unload(h)  # our own lock would refuse the fork (R-FORK-5)
         try:
             new_id = await anyio.to_thread.run_sync(

@@ -482,3 +482,11 @@ async def test_forking_a_session_with_no_records_yet_is_400_not_500(tmp_path: Pa
         sid = await srv.new_session()
         r = await srv.post(f"/api/sessions/{sid}/fork", {"at": {"file": 1, "ordinal": 0}})
         assert r.status_code == 400 and r.json()["error"]["code"] == "bad_fork_point"
+        # And the refused fork leaves it hosted as it was: it still compacts (nothing yet),
+        # runs and answers, instead of a 500 for a session whose trace does not exist.
+        r = await srv.post(f"/api/sessions/{sid}/compact")
+        assert r.status_code == 409 and r.json()["error"]["code"] == "empty"
+        r = await srv.post(
+            f"/api/sessions/{sid}/tasks", {"input": [{"type": "text", "text": "hi"}]}
+        )
+        assert r.status_code == 202, r.text

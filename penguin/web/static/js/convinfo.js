@@ -1,7 +1,6 @@
 // Owns: what the conversation page says about its session besides the transcript: the header's
 // details line (archived, workspace, model, approval mode, sandbox, subagents when offered)
-// and, while nothing is recorded yet,
-// what to do next. Built from the session's row (GET /api/sessions/{id}).
+// and, while nothing is recorded yet, what to do next. Built from the session's row (GET /api/sessions/{id}).
 import { clear, h, setText } from "./dom.js";
 import { costNode } from "./cost.js";
 
