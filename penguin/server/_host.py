@@ -461,20 +461,6 @@ class SessionHost:
     def touch(self, h: Hosted) -> None:
         self._used[h.id] = anyio.current_time()
 
-    def _releasable(self, h: Hosted, idle: float) -> bool:
-        session = h.session
-        return (
-            session is not None
-            and h.busy is None
-            and not h.pending
-            and not h.closing.is_set()
-            # A session created here and not written yet exists only in memory: keep it.
-            and session.state.records > 0
-            # The carry-over of an interrupted task lives only in memory (R-INT): keep it.
-            and not session.context.pending
-            and anyio.current_time() - self._used.get(h.id, 0.0) >= idle
-        )
-
     async def _release_idle(self, idle: float) -> None:
         """Unload sessions unused for ``idle`` seconds: their lock is free for other processes
         (a CLI ``resume``); the next use loads them again from the trace."""
@@ -485,10 +471,10 @@ class SessionHost:
         while True:
             await anyio.sleep(max(idle / 2, 0.05))
             for h in list(self._hosted.values()):
-                if not self._releasable(h, idle) or h.load_lock.locked():
+                if not _releasable(h, idle, self._used.get(h.id, 0.0)) or h.load_lock.locked():
                     continue
                 async with h.load_lock:
-                    if self._releasable(h, idle):
+                    if _releasable(h, idle, self._used.get(h.id, 0.0)):
                         log.debug("releasing idle session %s", h.id)
                         await self._unload(h)
 
@@ -736,6 +722,23 @@ class SessionHost:
             # The stream carries every record of the trace (R-SRV-6/8): the mark too, at its
             # position, and the next load continues after it.
             h.position = await self._publish_new(h)
+
+
+def _releasable(h: Hosted, idle: float, used: float) -> bool:
+    """Whether ``h`` may be unloaded: loaded, unused for ``idle`` seconds since ``used``, and
+    nothing of it lives only in memory."""
+    session = h.session
+    return (
+        session is not None
+        and h.busy is None
+        and not h.pending
+        and not h.closing.is_set()
+        # A session created here and not written yet exists only in memory: keep it.
+        and session.state.records > 0
+        # The carry-over of an interrupted task lives only in memory (R-INT): keep it.
+        and not session.context.pending
+        and anyio.current_time() - used >= idle
+    )
 
 
 async def _recorded(root: DataRoot, h: Hosted, host: SessionHost) -> Resolved:

@@ -38,7 +38,12 @@ def test_a_sigkilled_cli_run_reads_interrupted_in_the_web_app(page: Any, server:
         while not any(b'"request_begin"' in p.read_bytes() for p in server.home.rglob("*.jsonl")):
             assert time.monotonic() < give_up, "the CLI run did not start"
             time.sleep(0.05)
-        (sid,) = [s["id"] for s in server.api("GET", "/api/sessions")["sessions"]]
+        # The server's index may be up to 0.5 s behind the disk (it bounds a reader's
+        # staleness): the list holds the CLI's session once the index has caught up.
+        while not (listed := [s["id"] for s in server.api("GET", "/api/sessions")["sessions"]]):
+            assert time.monotonic() < give_up, "the CLI run's session was never listed"
+            time.sleep(0.05)
+        (sid,) = listed
         cell = page.locator(f"table.sessions tr[data-id='{sid}'] .state")
         page.reload()
         cell.wait_for()
