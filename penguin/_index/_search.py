@@ -92,7 +92,7 @@ def search(
 ) -> list[Hit]:
     if not query.strip():
         raise QuerySyntaxError(query, "give some text to search for")
-    where = ["fts MATCH ?"]
+    where: list[str] = []
     args: list[Any] = [query]
     for clause, value in (
         ("s.active >= ?", since),
@@ -103,12 +103,17 @@ def search(
         if value is not None:
             where.append(clause)
             args.append(value)
-    # One row per session: SQLite gives the bare columns of the row holding the MIN().
+    # One row per session: SQLite gives the bare columns of the row holding the MIN().  The
+    # matches are grouped by session before the sessions are joined (once per session, not per
+    # match: a common word matches most messages).
     sql = (
         "SELECT s.id, s.project, s.agent, s.title, s.workspace, s.active, s.status, s.open, "
-        "s.latest, COUNT(*), MIN(fts.rank), fts.rowid, d.file, d.ordinal, d.kind, d.time "
-        "FROM fts JOIN docs d ON d.rowid = fts.rowid JOIN sessions s ON s.skey = d.skey "
-        f"WHERE {' AND '.join(where)} GROUP BY s.skey "
+        "s.latest, g.n, g.r, g.rid, g.file, g.ordinal, g.kind, g.time FROM "
+        "(SELECT d.skey AS skey, COUNT(*) AS n, MIN(fts.rank) AS r, fts.rowid AS rid, "
+        "d.file AS file, d.ordinal AS ordinal, d.kind AS kind, d.time AS time "
+        "FROM fts JOIN docs d ON d.rowid = fts.rowid WHERE fts MATCH ? GROUP BY d.skey) g "
+        "JOIN sessions s ON s.skey = g.skey "
+        f"{'WHERE ' + ' AND '.join(where) if where else ''} "
         "ORDER BY s.active DESC, s.id DESC LIMIT ?"
     )
     try:
