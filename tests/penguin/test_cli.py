@@ -494,6 +494,7 @@ def test_sessions_lists_newest_first_with_the_spec_columns_r_cli_3(tmp_path: Pat
         "status": "completed",
         "last_status": "completed",
         "task_running": False,
+        "archived": False,
         "title": "b",
         "workspace": "/home/u/project",
         "error": None,
