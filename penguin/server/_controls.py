@@ -1,7 +1,8 @@
 """Controls of a running task (R-SRV-5): approvals, abort, steering, retry-now.
 
 Owns: the ``ask`` approval callback (the request is streamed after its call, then waits for
-``decide``; an abort answers every pending approval ``deny``), and the checks that turn a
+``decide``; one pending approval per call id at a time — a subagent's call may repeat an id;
+an abort answers every pending approval ``deny``), and the checks that turn a
 control on an idle session into ``409 not_running``.  Does not: start or finish tasks
 (``SessionHost``).
 """
@@ -35,6 +36,12 @@ def approver(h: Hosted, announce: Announce) -> Callable[[OmniMessage], Any]:
             return "deny"
         await h.wait_published(call)
         pending = Pending(call)
+        # Approvals are decided by call id; subagents' calls may repeat one (concurrent
+        # children with the same scripted ids): the later waits for the earlier's decision.
+        while (earlier := h.pending.get(pending.tool_call_id)) is not None:
+            await earlier.done.wait()
+            if h.signal is None or h.signal.aborted:
+                return "deny"  # aborted meanwhile: nobody will be asked any more
         h.pending[pending.tool_call_id] = pending
         h.server_event(
             "approval_request", tool_call=msgspec.json.decode(encode(call)), origin=call.origin

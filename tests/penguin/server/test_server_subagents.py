@@ -275,3 +275,43 @@ def test_channel_keeps_the_latest_subagent_messages_of_the_running_task() -> Non
     assert kept[0].origin == ["kid5"]
     channel.end_segments()
     assert channel.nested() == [] and channel.fragments() == []
+
+
+async def test_concurrent_subagents_asking_with_the_same_call_id_are_asked_in_turn(
+    tmp_path: Path,
+) -> None:
+    """R-SUB-5 with ``ask``: two children's calls share the id ``c1`` (scripted ids); each is
+    asked (its ``approval_request`` names its child) and decided by that id in turn, instead
+    of the second hiding the first, which then waited forever."""
+    child = [
+        [{"tool_call": {"name": "write_file", "arguments": {"path": "out.txt", "content": "x"}}}],
+        [{"text": "wrote it"}],
+    ]
+    child[0][0]["tool_call"]["id"] = "c1"
+    parent = [
+        [spawn("alpha", "p1"), spawn("beta", "p2")],
+        [{"text": "Both done."}],
+    ]
+    async with served(tmp_path, llm_factory=scripted(*parent, subagent=child), approval="ask") as s:
+        sid = (await s.post("/api/sessions", {"subagents": True})).json()["id"]
+        async with s.client.stream("GET", f"/api/sessions/{sid}/stream") as resp:
+            rd = Reader(resp)
+            await rd.next()
+            await s.post(f"/api/sessions/{sid}/tasks", TEXT)
+            origins: list[Any] = []
+            with anyio.fail_after(30):
+                for _ in range(4):  # the parent's two calls, then each child's c1 in turn
+                    ev = (await rd.until(is_server("approval_request")))[-1].json
+                    cid = ev["tool_call"]["payload"]["tool_call_id"]
+                    origins.append((cid, ev["origin"]))
+                    r = await s.post(f"/api/sessions/{sid}/approvals/{cid}", {"decision": "allow"})
+                    assert r.status_code == 204, r.text
+                await rd.until(is_server("task_state", state="idle"))
+    assert [cid for cid, _ in origins] == ["p1", "p2", "c1", "c1"]
+    kids = children_of(tmp_path, sid)
+    assert origins[0][1] is None and origins[1][1] is None
+    assert sorted(o[0] for _, o in origins[2:]) == sorted(kids)  # one request per child
+    outputs = [
+        r.payload for r in records(tmp_path, sid) if isinstance(r.payload, ToolCallOutputPayload)
+    ]
+    assert [o.output for o in outputs] == ["wrote it", "wrote it"]

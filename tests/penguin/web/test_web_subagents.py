@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio
 import pytest
-from serverkit import TOKEN, served
+from serverkit import TOKEN, scripted, served
 from webkit import CHROMIUM, SCREENSHOTS, require_chromium
 
 from engine import LLMOutcome, LLMRequest
@@ -196,3 +196,71 @@ async def test_subagent_text_streams_under_its_call_live_after_a_reload_and_afte
         finally:
             await browser.close()
     assert len(made) == 3  # the parent and one model per child, made by the server's factory
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("size", ["desktop", "mobile"])
+async def test_a_subagents_tool_call_is_approved_under_the_call_that_started_it(
+    tmp_path: Path, size: str
+) -> None:
+    """R-SUB-5 with ``ask``: the child's call waits for a person, who answers it where the
+    subagent works — under its call — not on a block of the parent's."""
+    require_chromium()
+    from playwright.async_api import async_playwright
+
+    child = [
+        [
+            {
+                "tool_call": {
+                    "name": "write_file",
+                    "arguments": {"path": "from-child.txt", "content": "hi"},
+                    "id": "p1",  # the same id as its parent's call: still asked as its own
+                }
+            }
+        ],
+        [{"text": "The child wrote the file."}],
+    ]
+    parent = [[spawn("write it", "p1")], [{"text": "Delegated and done."}]]
+    suffix = "-mobile" if size == "mobile" else ""
+    async with (
+        served(tmp_path, llm_factory=scripted(*parent, subagent=child), approval="ask") as s,
+        async_playwright() as p,
+    ):
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            mobile = size == "mobile"
+            context = await browser.new_context(
+                viewport=WIDTHS[size],
+                device_scale_factor=3 if mobile else 1,
+                is_mobile=mobile,
+                has_touch=mobile,
+            )
+            page = await context.new_page()
+            page.set_default_timeout(20_000)
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            await page.goto(f"{s.base}/#token={TOKEN}")
+            await page.wait_for_selector("table.sessions")
+            sid = await s.new_session(subagents=True)
+            await page.goto(f"{s.base}/#/s/{sid}")
+            await page.fill(".composer textarea", "Delegate")
+            await page.click("button.send")
+            head = f"{call('p1')} > .approval button.approve"
+            await page.click(head)  # the parent's run_subagent call
+            asked = f"{call('p1')} .nested-msg.approval.pending"
+            await page.wait_for_selector(f"{asked} >> text=write_file")
+            assert await page.locator(".b-tool").count() == 1  # no block of its own
+            # The header lists only what applies (it once wrote "null" for what did not).
+            assert "null" not in await page.locator(".conv-info").inner_text()
+            await page.screenshot(path=str(SCREENSHOTS / f"web-subagent-approval{suffix}.png"))
+            await page.click(f"{asked} button.approve")
+            await page.wait_for_selector(".b-assistant >> text=Delegated and done.")
+            await page.wait_for_selector(".tag.state[data-state=idle]")
+            decided = page.locator(f"{call('p1')} .nested-msg.approval")
+            assert await decided.locator(".tag").inner_text() == "approved"
+            assert (tmp_path / "from-child.txt").read_text() == "hi"
+            await fits(page)
+            assert errors == []
+        finally:
+            await browser.close()

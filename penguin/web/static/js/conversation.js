@@ -239,7 +239,7 @@ export function conversationView(root, id) {
         setState(ev.state);
         if (ev.state === "idle") { transcript.interruptOpen(); transcript.dropSteers(); details(); }
         break;
-      case "approval_request": transcript.approval(ev.tool_call); break;
+      case "approval_request": transcript.approval(ev.tool_call, ev.origin || (ev.tool_call || {}).origin); break;
       case "title": setText(title, ev.title); break;
       case "goal_round": goalTag.hidden = false; setText(goalTag, `goal round ${ev.round} · ${ev.tokens_used} tokens`); break;
       case "goal_finished":

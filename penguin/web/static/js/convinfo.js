@@ -13,7 +13,8 @@ export function sessionInfo() {
       const item = (name, value) => (value ? h("span", { class: `info-${name.toLowerCase()}` }, `${name} `, h("b", null, value)) : null);
       const box = row.sandbox;
       const sandbox = !box ? "none" : box.mode === "off" ? "off" : `${box.mode}, network ${box.network ? "on" : "off"}`;
-      el.append(
+      // Element.append writes a null as the text "null": only what applies is appended.
+      el.append(...[
         // Archived (a session_archived record): off the sessions list, still readable and usable.
         row.archived ? h("span", { class: "tag info-archived", title: "Archived: listed under Archived on the sessions page" }, "archived") : null,
         item("Workspace", row.workspace),
@@ -22,7 +23,7 @@ export function sessionInfo() {
         item("Sandbox", sandbox),
         item("Subagents", row.subagents ? "on" : null),
         row.tokens ? h("span", { class: "info-usage" }, `${Number(row.tokens).toLocaleString()} tokens `, costNode(row.cost, row.unpriced_tokens)) : null,
-      );
+      ].filter(Boolean));
     },
   };
 }

@@ -176,9 +176,11 @@ export class Transcript {
     return block;
   }
 
-  /** A pending approval (from the stream's approval_request). */
-  approval(message) {
+  /** A pending approval (from the stream's approval_request); a subagent's (its `origin`)
+   * is asked under the call that started the subagent (R-SUB-5). */
+  approval(message, origin) {
     const call = message.payload || message;
+    if (origin && origin.length) return this.nestedApproval(call, origin);
     const block = this.tools.get(call.tool_call_id) || this.newTool(call.tool_call_id, call.name, call.arguments);
     block.pending = true;
     this.refresh(block);
@@ -256,6 +258,16 @@ export class Transcript {
     return host;
   }
 
+  nestedApproval(call, origin) {
+    const host = this.subagentHost(origin[0]);
+    if (!host) return null;
+    const who = origin.join("/");
+    if (host.children.some((c) => c.type === "approval" && c.pending && c.id === call.tool_call_id && c.who === who)) return host;
+    host.children.push({ role: "approval", type: "approval", id: call.tool_call_id, who, pending: true, text: `${call.name} ${call.arguments}` });
+    this.refresh(host);
+    return host;
+  }
+
   /** A subagent's message (R-SUB-1: origin names the child first): its text streams under
    * its call, its tool calls and outputs show as one line each. */
   addNested(rec) {
@@ -264,6 +276,12 @@ export class Transcript {
     if (!host) return null;
     if (!host.done) host.running = true;  // its subagent is at work
     if (rec.type === "session_meta") { this.refresh(host); return host; }
+    if (rec.type === "event_msg" && p.type === "approval_decision") {  // its approval answered
+      const who = rec.origin.join("/");
+      const asked = host.children.find((c) => c.type === "approval" && c.pending && c.id === p.tool_call_id && c.who === who);
+      if (asked) { Object.assign(asked, { pending: false, decision: p.decision }); this.refresh(host); }
+      return host;
+    }
     if (rec.type !== "model_msg") return null;
     const key = `${rec.origin.join("/")} ${p.type === "partial_thinking" || p.type === "thinking" ? "thinking" : "text"}`;
     host.streams = host.streams || new Map();
@@ -493,15 +511,13 @@ const RENDER = {
         h("span", null, "This call needs your approval."),
         h("button", { class: "primary approve", onclick: () => t.cb.onDecide(b.id, "allow") }, "Approve"),
         h("button", { class: "danger deny", onclick: () => t.cb.onDecide(b.id, "deny") }, "Deny")) : null,
-      b.output !== null && b.output !== undefined ? h("pre", { class: "output" }, visible(b.output)) : null,
+      // Shown once there is output, or the call is done (an empty output box while it runs says nothing).
+      b.output || (b.done && b.output !== null && b.output !== undefined) ? h("pre", { class: "output" }, visible(b.output)) : null,
       (b.images || []).map((img) => shot("tool image", imageSrc(t.sessionId, img))),
       b.child || b.children.length ? h("div", { class: "nested", dataset: b.child ? { child: b.child } : {} },
         h("div", { class: "muted small" }, "Subagent ",
           b.child ? h("a", { href: `#/s/${encodeURIComponent(b.child)}` }, b.child) : null),
-        b.children.map((c) => {
-          c.node = h("div", { class: `nested-msg ${c.role} t-${c.type}${c.streaming ? " streaming" : ""}`, "aria-busy": c.streaming ? "true" : null }, visible(c.text));
-          return c.node;
-        })) : null);
+        b.children.map((c) => nestedNode(c, t))) : null);
   },
   folded(b) {
     return h("details", { class: "folded" }, h("summary", null, b.label),
@@ -515,6 +531,22 @@ const RENDER = {
       b.link ? h("a", { href: `#/s/${encodeURIComponent(b.link)}` }, " open") : null);
   },
 };
+
+/** One line under a subagent's call: its text (streaming or not), a tool call or output, or an
+ * approval its tool call waits for. */
+function nestedNode(c, t) {
+  if (c.type === "approval") {
+    c.node = h("div", { class: `nested-msg approval${c.pending ? " pending" : ""}` },
+      h("span", { class: "tag" }, c.pending ? "awaiting approval" : c.decision === "allow" ? "approved" : "denied"), " ",
+      visible(c.text),
+      c.pending ? h("span", { class: "approval" },
+        h("button", { class: "primary approve", "aria-label": `Approve the subagent's call ${c.id}`, onclick: () => t.cb.onDecide(c.id, "allow") }, "Approve"),
+        h("button", { class: "danger deny", "aria-label": `Deny the subagent's call ${c.id}`, onclick: () => t.cb.onDecide(c.id, "deny") }, "Deny")) : null);
+    return c.node;
+  }
+  c.node = h("div", { class: `nested-msg ${c.role} t-${c.type}${c.streaming ? " streaming" : ""}`, "aria-busy": c.streaming ? "true" : null }, visible(c.text));
+  return c.node;
+}
 
 function prettyArgs(args) {
   if (!args) return "";
