@@ -28,8 +28,8 @@ import hashlib
 import os
 import time
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -40,6 +40,7 @@ from eventstore.archive import fetch_missing
 
 from ._load import classify_files, classify_slices, decide, prepare, records_and_diagnostics
 from ._scan import ARCHIVED, Dir, Key, Scan, scan_root
+from ._sources import TraceFile
 from ._views import VIEWS, create_views, store_fold
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ _RETIRE_S: Final = 600.0
 # How many bytes before a file's cursor must be unchanged for its cached lines to stay valid.
 _CHECK_BYTES: Final = 256
 
-_VERSION: Final = 2
+_VERSION: Final = 3
 
 
 class _File(msgspec.Struct, array_like=True):
@@ -222,10 +223,11 @@ def cached_views(
     *,
     show: set[str] | None,
     max_line_bytes: int,
-) -> tuple[CacheInfo, dict[str, str]] | None:
+) -> tuple[CacheInfo, dict[str, str], str] | None:
     """Refresh the cache ``plan`` describes, then create the public views over its segments
     for the sessions ``show`` (all when ``None``): returns what the refresh did and each view's
-    ``CREATE VIEW`` statement, for the caller to run when a query first names it.  Returns
+    ``CREATE VIEW`` statement, for the caller to run when a query first names it, and the query
+    of the sessions' cached lock-free statuses (``_status.store_status``).  Returns
     ``None``, having created nothing, when the cache cannot be written: the caller builds the
     views from the files instead."""
     directory, m, scan = plan.directory, plan.manifest, plan.scan
@@ -243,10 +245,10 @@ def cached_views(
     except OSError:
         _drop_build_tables(con)
         return None
-    pending = _create_cached_views(con, directory, m, show)
+    pending, statuses = _create_cached_views(con, directory, m, show)
     segments = tuple(str(directory / s) for segs in m.segments.values() for s in segs)
     info = CacheInfo(info.path, info.sessions_rebuilt, info.files_read, info.bytes_read, segments)
-    return info, pending
+    return info, pending, statuses
 
 
 def _cursors(m: _Manifest) -> dict[str, _File]:
@@ -273,6 +275,62 @@ def _fetch_back(path: str) -> Key:
     return (where.name, st.st_size, st.st_mtime_ns, st.st_ino)
 
 
+@dataclass(slots=True)
+class _Reads:
+    """What ``_read_files`` read: byte slices to classify, files to read whole, cached lines to
+    keep and new ones to persist (``(fid, path, gen, line)``), each file's new cursor."""
+
+    slices: list[tuple[int, bytes, int, bool]] = field(default_factory=list)
+    whole: list[str] = field(default_factory=list)
+    keep: list[tuple[int, str, int, int]] = field(default_factory=list)
+    persist: list[tuple[int, str, int, int]] = field(default_factory=list)
+    states: dict[str, _File] = field(default_factory=dict)
+    read_bytes: int = 0
+    files_read: int = 0
+
+
+def _read_files(
+    ordered: list[TraceFile],
+    keys: dict[str, Key],
+    cursors: dict[str, _File],
+    m: _Manifest,
+    max_line_bytes: int,
+) -> _Reads:
+    """Each file of the sessions folded again (``fid`` its place in ``ordered``), read from its
+    cursor on, from its start, or not at all (an archived file the cache holds whole)."""
+    r = _Reads()
+    for fid, f in enumerate(ordered):
+        key = keys[f.path]
+        known = cursors.get(f.path)
+        if key[3] == ARCHIVED:
+            if _archived_cursor(known, key):
+                assert known is not None
+                if known.line:
+                    r.keep.append((fid, f.path, known.gen, known.line))
+                r.states[f.path] = known
+                continue
+            key = _fetch_back(f.path)  # ArchiveError when it cannot be: as without the cache
+        try:
+            start, state, new, rest = _read(f.path, known, key, m, max_line_bytes)
+        except FileNotFoundError:
+            continue  # gone since the listing: like a file listed and then deleted
+        if start.line:
+            r.keep.append((fid, f.path, state.gen, start.line))
+        if new is None:
+            r.whole.append(f.path)
+            r.read_bytes += key[1]
+        elif new:
+            r.slices.append((fid, new, start.line, start.offset == 0))
+        if rest:
+            r.slices.append((fid, rest, state.line, state.offset == 0))
+        if new is None or new:
+            r.persist.append((fid, f.path, state.gen, state.line))
+        r.read_bytes += len(new or b"") + len(rest)
+        r.files_read += 1
+        r.states[f.path] = state
+    return r
+
+
 def _rebuild(
     con: duckdb.DuckDBPyConnection,
     directory: Path,
@@ -285,41 +343,8 @@ def _rebuild(
     keyed = {f.path: (f, key) for f, key in scan.keyed(set(dirty))}
     cursors = _cursors(m)
     ordered = prepare(con, [f for f, _key in keyed.values()], max_line_bytes=max_line_bytes)
-    slices: list[tuple[int, bytes, int, bool]] = []
-    whole: list[str] = []  # files read from their start
-    keep: list[tuple[int, str, int, int]] = []  # fid, path, gen, last cached line
-    persist: list[tuple[int, str, int, int]] = []  # fid, path, gen, last line to cache
-    states: dict[str, _File] = {}
-    read_bytes = files_read = 0
-    for fid, f in enumerate(ordered):
-        key = keyed[f.path][1]
-        known = cursors.get(f.path)
-        if key[3] == ARCHIVED:
-            if _archived_cursor(known, key):
-                assert known is not None
-                if known.line:
-                    keep.append((fid, f.path, known.gen, known.line))
-                states[f.path] = known
-                continue
-            key = _fetch_back(f.path)  # ArchiveError when it cannot be: as without the cache
-        try:
-            start, state, new, rest = _read(f.path, known, key, m, max_line_bytes)
-        except FileNotFoundError:
-            continue  # gone since the listing: like a file listed and then deleted
-        if start.line:
-            keep.append((fid, f.path, state.gen, start.line))
-        if new is None:
-            whole.append(f.path)
-            read_bytes += key[1]
-        elif new:
-            slices.append((fid, new, start.line, start.offset == 0))
-        if rest:
-            slices.append((fid, rest, state.line, state.offset == 0))
-        if new is None or new:
-            persist.append((fid, f.path, state.gen, state.line))
-        read_bytes += len(new or b"") + len(rest)
-        files_read += 1
-        states[f.path] = state
+    r = _read_files(ordered, {p: k for p, (_f, k) in keyed.items()}, cursors, m, max_line_bytes)
+    slices, whole, keep, persist, states = r.slices, r.whole, r.keep, r.persist, r.states
     classify_files(con, whole, max_line_bytes=max_line_bytes)
     classify_slices(con, slices, max_line_bytes=max_line_bytes)
     decide(con)
@@ -367,13 +392,24 @@ def _rebuild(
         [(sid, m.sessions[sid]) for sid in dirty],
         ["VARCHAR", "BIGINT"],
     )
+    _table(
+        con,
+        "_fst",
+        ["session_id", "free", "held"],
+        _lock_free_statuses(keyed.values(), dirty),
+        ["VARCHAR", "VARCHAR", "VARCHAR"],
+    )
     for view in VIEWS:
-        # R-SET-5: a session's status asks its lock when a query runs: never cached.
-        rows = "v.* EXCLUDE (status)" if view == "sessions" else "v.*"
+        rows, join = "v.*", ""
+        if view == "sessions":
+            # R-SET-5: the status asks the session's lock when a query runs; what is cached is
+            # the status either answer gives (``_free``: not held, ``_held``: held).
+            rows = "v.* EXCLUDE (status), f.free AS _free, f.held AS _held"
+            join = "LEFT JOIN _fst f USING (session_id)"
         written[view] = _copy(
             con,
             directory,
-            f"SELECT {rows}, g.gen AS _gen FROM {view} v JOIN _sgen g USING (session_id)",
+            f"SELECT {rows}, g.gen AS _gen FROM {view} v JOIN _sgen g USING (session_id) {join}",
         )
     _drop_build_tables(con)
     listed = {
@@ -390,7 +426,35 @@ def _rebuild(
     _compact(con, directory, m, cursors)
     write_private(directory / "manifest.json", msgspec.json.encode(m))
     _forget_retired(directory, m)
-    return CacheInfo(directory, len(dirty), files_read, read_bytes)
+    return CacheInfo(directory, len(dirty), r.files_read, r.read_bytes)
+
+
+def _lock_free_statuses(
+    keyed: Iterable[tuple[TraceFile, Key]], sessions: list[str]
+) -> list[tuple[str, str, str]]:
+    """``(session_id, status if its lock is free, status if held)`` of each session whose files
+    are all on disk: the fold the status needs (``replay._resume.folded_state``, as
+    ``_status``), done once per change instead of on every query that reads ``sessions``.  A
+    session with an archived file, or one that cannot be read now, is left out: its status is
+    folded when a query asks for it."""
+    from replay._resume import folded_state  # here: the engine is loaded only to rebuild
+
+    files: dict[str, list[tuple[int, str]]] = {}
+    archived: set[str] = set()
+    for f, key in keyed:
+        files.setdefault(f.session_id, []).append((f.index, f.path))
+        if key[3] == ARCHIVED:
+            archived.add(f.session_id)
+    out: list[tuple[str, str, str]] = []
+    for sid in sessions:
+        if sid in archived or sid not in files:
+            continue
+        try:
+            state = folded_state([Path(p) for _i, p in sorted(files[sid])])
+        except OSError:
+            continue
+        out.append((sid, state.status_given(locked=False), state.status_given(locked=True)))
+    return out
 
 
 def _table(
@@ -499,17 +563,19 @@ def _drop_build_tables(con: duckdb.DuckDBPyConnection) -> None:
         "_persist",
         "_keep",
         "_sgen",
+        "_fst",
     ):
         con.execute(f"DROP TABLE IF EXISTS {table}")
 
 
 def _create_cached_views(
     con: duckdb.DuckDBPyConnection, directory: Path, m: _Manifest, show: set[str] | None
-) -> dict[str, str]:
+) -> tuple[dict[str, str], str]:
     """Return each public view's statement (binding a view reads its segments' footers: only
     the views a query names are created).  Every session's rows, but superseded ones: left out
     by generation (none after a compaction); for some sessions only (``show``), a ``_live``
-    table of theirs, joined."""
+    table of theirs, joined.  Also the query of the sessions' cached lock-free statuses
+    (``_status``)."""
     if show is None:
         dead = ", ".join(str(gen) for gen in m.superseded)
         keep = f"WHERE v._gen NOT IN ({dead})" if dead else ""
@@ -519,9 +585,9 @@ def _create_cached_views(
         keep = "SEMI JOIN _live l ON v.session_id = l.session_id AND v._gen = l.gen"
     views: dict[str, str] = {}
     for view in VIEWS:
-        if view == "sessions":  # R-SET-5: the status is the live one (``_status``), not cached
+        if view == "sessions":  # R-SET-5: the status of now, from ``_status`` (the locks asked)
             views[view] = (
-                "CREATE OR REPLACE TEMP VIEW sessions AS SELECT v.* EXCLUDE (_gen), "
+                "CREATE OR REPLACE TEMP VIEW sessions AS SELECT v.* EXCLUDE (_gen, _free, _held), "
                 f"st.status FROM read_parquet({_list(directory, m.segments[view])}) v "
                 f"LEFT JOIN _status st USING (session_id) {keep}"
             )
@@ -530,4 +596,8 @@ def _create_cached_views(
             f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT v.* EXCLUDE (_gen) "
             f"FROM read_parquet({_list(directory, m.segments[view])}) v {keep}"
         )
-    return views
+    statuses = (
+        "SELECT v.session_id, v._free, v._held "
+        f"FROM read_parquet({_list(directory, m.segments['sessions'])}) v {keep}"
+    )
+    return views, statuses

@@ -88,6 +88,8 @@ class Fleet:
         # The cached views read Parquet: there is no fold to compute.
         self._fold_stored = cache is not None
         self._status_stored = False
+        # A cached fleet's query of the sessions' lock-free statuses (``_cache``).
+        self._cached_statuses: str | None = None
 
     @property
     def files(self) -> list[TraceFile]:
@@ -142,7 +144,7 @@ class Fleet:
                 store_fold(self._con)
                 self._fold_stored = True
             if not self._status_stored and reads_sessions(query):
-                store_status(self._con, self.files)  # R-SET-5, on first use
+                store_status(self._con, self.files, cached=self._cached_statuses)  # R-SET-5
                 self._status_stored = True
             self._create_pending(query)
             cursor = self._con.execute(query, parameters or [])
@@ -263,10 +265,11 @@ def open_fleet(
     con = duckdb.connect(":memory:")
     info: CacheInfo | None = None
     pending: dict[str, str] = {}
+    statuses: str | None = None
     try:
         if threads is not None:
             con.execute(f"SET threads = {int(threads)}")
-        # R-SET-5: the status column is never cached (it asks the locks when a query runs).
+        # R-SET-5: the status asks the locks when a query runs (the cache keeps only the folds).
         create_status_table(con)
         if plan is not None:
             show = None
@@ -274,7 +277,7 @@ def open_fleet(
                 show = plan.scan.sessions_of(project=project, agent=agent)
             cached = cached_views(con, plan, show=show, max_line_bytes=max_line_bytes)
             if cached is not None:
-                info, pending = cached
+                info, pending, statuses = cached
                 scan = plan.scan
                 files = lambda: chosen(scan.files(show))  # noqa: E731 - when first asked
             else:
@@ -298,6 +301,7 @@ def open_fleet(
         raise
     fleet = Fleet(con, files, read_only=read_only, cache=info)
     fleet._pending = pending
+    fleet._cached_statuses = statuses
     return fleet
 
 

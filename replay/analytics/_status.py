@@ -3,7 +3,9 @@
 Owns: the ``_status`` table the view joins, filled on first use by folding each session's files
 with the projections (``replay._resume.folded_state``: the fold the CLI, the server and resume
 use) and asking the session's lock itself whether a writer holds it — so a crashed session reads
-``interrupted`` here as everywhere.  A cached fleet lists archived files without fetching them
+``interrupted`` here as everywhere.  The Parquet cache keeps each session's fold as the two
+statuses a free and a held lock give (``_cache``): for those, only the lock is asked.  A cached
+fleet lists archived files without fetching them
 (``_scan``); the fold needs their content, so a session's archived files are fetched back here,
 as every reader of the store gets them.  Computed the first time a query reads ``sessions``
 (``STATUS_READERS``), like the fold: a report on tool calls never pays for it.  Does not: fold
@@ -72,13 +74,26 @@ def _status_of(paths: list[Path]) -> str:
     return state.status_given(locked=_locked(paths[-1]))
 
 
-def store_status(con: duckdb.DuckDBPyConnection, files: Sequence[TraceFile]) -> None:
-    """Fill ``_status`` with each session's status, as of now."""
+def store_status(
+    con: duckdb.DuckDBPyConnection, files: Sequence[TraceFile], *, cached: str | None = None
+) -> None:
+    """Fill ``_status`` with each session's status, as of now.  ``cached``: a query of
+    ``(session_id, status if the lock is free, status if held)`` the analytics cache keeps
+    (``_cache``): those sessions only have their lock probed, the others are folded."""
     by_session: dict[str, list[Path]] = {}
     for f in sorted(files, key=lambda f: (f.session_id, f.index, f.path)):
         by_session.setdefault(f.session_id, []).append(Path(f.path))
+    known: dict[str, tuple[str, str]] = {}
+    if cached is not None:
+        rows = con.execute(cached).fetchall()
+        known = {sid: (free, held) for sid, free, held in rows if free is not None}
     ids = list(by_session)
-    statuses = [_status_of(by_session[sid]) for sid in ids]
+    statuses = [
+        (known[sid][1] if _locked(by_session[sid][-1]) else known[sid][0])
+        if sid in known
+        else _status_of(by_session[sid])
+        for sid in ids
+    ]
     create_status_table(con)
     if ids:
         con.execute(

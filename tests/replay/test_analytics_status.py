@@ -67,3 +67,27 @@ def test_an_open_run_is_running_while_locked_then_interrupted_r_set_5(
         writer.close()
     with open_fleet(home=home, read_only=True, cache=cache) as fleet:
         assert fleet.sql(query).rows == [("interrupted",)]
+
+
+def test_a_warm_cached_query_folds_no_session_for_the_status_r_set_5(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cache keeps each session's status for a free and for a held lock, computed when the
+    session's rows are (the same fold); a query then only probes the locks."""
+    from fleetkit import generate_fleet
+
+    home = tmp_path / "home"
+    generate_fleet(home, 12, seed=3, damage=True)
+    query = "SELECT session_id, status FROM sessions ORDER BY session_id"
+    with open_fleet(home=home) as fleet:
+        expected = fleet.sql(query).rows
+    with open_fleet(home=home, cache=True) as fleet:
+        assert fleet.sql(query).rows == expected
+
+    def no_fold(paths: list[Path]) -> SessionState:
+        raise AssertionError(f"folded at query time: {paths}")
+
+    monkeypatch.setattr("replay._resume.folded_state", no_fold)
+    with open_fleet(home=home, cache=True, read_only=True) as fleet:
+        assert fleet.cache is not None and fleet.cache.sessions_rebuilt == 0
+        assert fleet.sql(query).rows == expected
