@@ -24,6 +24,7 @@ are read, so segments that a concurrent refresh wrote are never counted twice.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import time
@@ -240,8 +241,10 @@ def cached_views(
         elif scan.relisted:
             # Nothing to fold again, but a directory was listed again (a lock file came or
             # went, a racy listing settled): recorded, so the next query need not list it.
+            # The views stand either way: a cache that cannot be written is still read.
             m.dirs = scan.dirs
-            write_private(directory / "manifest.json", msgspec.json.encode(m))
+            with contextlib.suppress(OSError):
+                write_private(directory / "manifest.json", msgspec.json.encode(m))
     except OSError:
         _drop_build_tables(con)
         return None

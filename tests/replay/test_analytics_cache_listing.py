@@ -296,3 +296,19 @@ def test_the_status_of_an_archived_session_fetches_it(home: Path, tmp_path: Path
         after = fleet.sql("SELECT status FROM sessions WHERE session_id = ?", [sid]).rows
     assert after == before and after[0][0] != "unreadable"
     assert all(p.exists() for p in files)
+
+
+def test_a_listing_that_cannot_be_recorded_still_reads_the_cache(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing to fold again, only a directory listed again: a manifest that cannot be written
+    then (a full disk, a read-only copy) leaves the views on the cache, not on the files."""
+    _same(home)
+    _age(home)
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("replay.analytics._cache.write_private", refuse)
+    info = _same(home)
+    assert info is not None and info.sessions_rebuilt == 0
