@@ -165,6 +165,19 @@ async def test_subagent_text_streams_under_its_call_live_after_a_reload_and_afte
                 )
             assert {cid: await nested(page, cid) for cid in ("p1", "p2")} == live
 
+            # The trace view opened mid-task: each child's text under its call in the span tree.
+            conversation = page.url
+            await page.goto(f"{conversation}/trace")
+            for name in ("alpha", "beta"):
+                await page.wait_for_selector(
+                    f"li.kind-tool_call[data-subagent] > .subagent-live >> text={name} working"
+                )
+            await page.goto(conversation)
+            for cid, name in (("p1", "alpha"), ("p2", "beta")):
+                await page.wait_for_selector(
+                    f"{call(cid)} .nested-msg.streaming >> text={name} working"
+                )
+
             # One child ends while the other still streams.
             gates["alpha"].set()
             await page.wait_for_selector(

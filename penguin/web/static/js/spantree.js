@@ -2,7 +2,8 @@
 // projections.SpanTree) drawn as an expandable tree with a waterfall bar per span, its latency,
 // tokens and estimated cost; subagent runs nested under the run_subagent call that started
 // them (concurrent calls each with their own); kept current from the session's stream, where a
-// running subagent's text shows live under its call. Does not: fold records itself.
+// running subagent's text shows live under its call (also when the page opens mid-task).
+// Does not: fold records itself.
 import { api, enc, openStream } from "./api.js";
 import { clear, fmtNum, h, s, setText, visible } from "./dom.js";
 import { costNode, shortTokens } from "./cost.js";
@@ -145,27 +146,47 @@ export function spanTree(id, pick) {
   }
 
   const reload = () => { clearTimeout(timer); timer = setTimeout(load, 300); };
+  const onMessage = (msg) => {
+    const p = msg.payload || {};
+    const origin = msg.origin || [];
+    if (!origin.length) {
+      if (!(p.type || "").startsWith("partial_")) reload();
+      return;
+    }
+    const child = origin[origin.length - 1];
+    if (msg.type === "session_meta") { live.set(child, ""); reload(); return; }
+    if (p.role !== "assistant") return;
+    if (p.type === "partial_text") onChildText(child, p.text || "", p.event_type === "start");
+    else if (p.type === "text") onChildText(child, p.text || "", true);
+    else if (p.type === "tool_call") onChildText(child, `\n→ ${p.name}\n`, false);
+  };
   // Live: a record of this session (or a subagent starting) redraws the tree; a subagent's
-  // streaming text goes under its call at once.
-  const stream = openStream(`${base}/stream`, {
-    onOpen: reload,
-    onMessage: (msg) => {
-      const p = msg.payload || {};
-      const origin = msg.origin || [];
-      if (!origin.length) {
-        if (!(p.type || "").startsWith("partial_")) reload();
-        return;
+  // streaming text goes under its call at once. Opened in the middle of a task, the page first
+  // takes what the running subagents said so far and their open segments (R-SRV-6), then
+  // follows the stream from there.
+  let stream = null;
+  (async () => {
+    let last = null;
+    try {
+      const row = await api(base);
+      if (row.state !== "idle") {
+        const page = await api(`${base}/messages`);
+        if (page.live) {
+          for (const msg of [...(page.live.subagent_messages || []), ...page.live.fragments]) onMessage(msg);
+          last = page.live.cursor;
+        }
       }
-      const child = origin[origin.length - 1];
-      if (msg.type === "session_meta") { live.set(child, ""); reload(); return; }
-      if (p.role !== "assistant") return;
-      if (p.type === "partial_text") onChildText(child, p.text || "", p.event_type === "start");
-      else if (p.type === "text") onChildText(child, p.text || "", true);
-      else if (p.type === "tool_call") onChildText(child, `\n→ ${p.name}\n`, false);
-    },
-    onServer: (ev) => { if (ev.type === "task_state") reload(); },
-  });
-  return { el, close() { closed = true; clearTimeout(timer); stream.close(); } };
+    } catch (_) {
+      // The tree itself says what failed (load); the stream still follows the session.
+    }
+    if (closed) return;
+    stream = openStream(`${base}/stream${last ? `?last_event_id=${enc(last)}` : ""}`, {
+      onOpen: reload,
+      onMessage,
+      onServer: (ev) => { if (ev.type === "task_state") reload(); },
+    });
+  })();
+  return { el, close() { closed = true; clearTimeout(timer); if (stream) stream.close(); } };
 }
 
 /** [span, its 1-based number among its siblings of the same kind]. */
