@@ -55,6 +55,10 @@ class ServerContext:
     body_timeout: float = 30.0
     events: Channel = field(default_factory=lambda: Channel((0, 0), restored=False))
     refreshed: float = 0.0
+    # The host's write count when the last refresh began, and whether the watcher is armed
+    # (``watch_traces``): then a reader's refresh is needed only after this server wrote.
+    refreshed_writes: int = -1
+    watching: bool = False
     refresh_lock: anyio.Lock = field(default_factory=anyio.Lock)
     loop: asyncio.AbstractEventLoop | None = None
     logins: Logins = field(default_factory=Logins)
@@ -69,14 +73,21 @@ class ServerContext:
         self.host.begin_shutdown(then=self.events.close)
 
     async def refresh_index(self, *, max_age: float = 0.5) -> None:
-        """Catch the index up (the watcher does it too; this bounds staleness for a reader)."""
+        """Catch the index up before a read (``max_age=0``: now, after a write of the route's
+        own).  While the watcher is armed it folds every change to the traces, other processes'
+        included, within about a second: a reader then refreshes only when this server's own
+        sessions wrote since the last refresh (read your writes).  Otherwise the check is one
+        ``stat`` per session (linear in the fleet) and a search would pay it."""
         if time.monotonic() - self.refreshed < max_age:
+            return
+        if max_age > 0 and self.watching and self.host.writes.count == self.refreshed_writes:
             return
         async with self.refresh_lock:
             if time.monotonic() - self.refreshed < max_age:
                 return
+            writes = self.host.writes.count  # before: a write during the refresh counts later
             changed = await anyio.to_thread.run_sync(self.index.refresh)
-            self.refreshed = time.monotonic()
+            self.refreshed, self.refreshed_writes = time.monotonic(), writes
             for sid in changed:
                 if sid not in self.announced and self.index.session_row(sid) is not None:
                     self.session_created_event(sid, "cli")

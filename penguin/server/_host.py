@@ -65,7 +65,7 @@ from replay import fork_session, load_session
 from . import _controls as controls
 from ._channel import BufferPool, Channel
 from ._exceptions import ApiError
-from ._hosted import ApprovalMode, Hosted
+from ._hosted import ApprovalMode, Hosted, Writes
 from ._traces import indexed_files, last_position
 
 __all__ = ["EnvironmentFactory", "LLMFactory", "SessionHost"]
@@ -165,6 +165,7 @@ class SessionHost:
         self._snapshots = SnapshotSettings() if snapshots else None
         self.mcp_servers = dict(mcp_servers or {})  # config.toml's: a session's default
         self.buffers = BufferPool(buffer_pool_bytes)
+        self.writes = Writes()  # every record the hosted sessions wrote (ServerContext reads it)
         self._idle_release = idle_release
         self._used: dict[str, float] = {}
         self._cursors: dict[str, TailRead | None] = {}  # where each trace was last read
@@ -254,7 +255,7 @@ class SessionHost:
             max_bytes=size,
             pool=self.buffers,
         )
-        h = Hosted(sid, project, agent, channel, approval=self.approval)
+        h = Hosted(sid, project, agent, channel, approval=self.approval, writes=self.writes)
         h.position = start
         self._hosted[sid] = h
         return h

@@ -25,7 +25,7 @@ from penguin._setup import Overrides
 
 from ._channel import Channel
 
-__all__ = ["ApprovalMode", "Hosted", "Pending", "TaskState"]
+__all__ = ["ApprovalMode", "Hosted", "Pending", "TaskState", "Writes"]
 
 ApprovalMode = Literal["allow-all", "ask", "deny-all"]
 TaskState = Literal["idle", "running", "compacting", "awaiting_approval"]
@@ -42,6 +42,14 @@ class Pending:
         p = self.call.payload
         assert isinstance(p, ToolCallPayload)
         return p.tool_call_id
+
+
+@dataclass(slots=True)
+class Writes:
+    """Records this server's sessions wrote, counted up for the host's lifetime: a reader's
+    index refresh is skipped while the count stands still and the watcher follows the rest."""
+
+    count: int = 0
 
 
 @dataclass(slots=True)
@@ -81,6 +89,7 @@ class Hosted:
     title: str | None = None
     trace: Path | None = None  # the file the last record went to, and its _NNN index
     trace_index: int = 0
+    writes: Writes = field(default_factory=Writes)  # the host's counter, shared by its sessions
 
     @property
     def state(self) -> TaskState:
@@ -96,6 +105,7 @@ class Hosted:
             # Parsed once per file, not per record (a path parse costs more than the rest).
             self.trace, self.trace_index = path, file_index(path) or 0
         index = self.trace_index
+        self.writes.count += 1
         f, o = self.position
         self.position = (index, o + 1) if index == f else (index, 0)
         self.queue.append((msg, *self.position))

@@ -329,3 +329,7 @@ async def test_r_srv_13_cli_run_appears_within_2s(tmp_path: Path) -> None:
         listed = (await s.client.get("/api/sessions")).json()["sessions"]
         usage = (await s.client.get("/api/usage")).json()["rows"]
         assert len(listed) == 1 and usage and usage[0]["key"] == listed[0]["id"]
+        # Found by a search too: the watcher folded the CLI's words (once it is armed, readers
+        # no longer check the traces themselves).
+        hits = (await s.client.get("/api/search", params={"q": "CLI"})).json()["hits"]
+        assert [h["session_id"] for h in hits] == [listed[0]["id"]]
