@@ -344,6 +344,7 @@ def _rebuild(
     max_line_bytes: int,
 ) -> CacheInfo:
     keyed = {f.path: (f, key) for f, key in scan.keyed(set(dirty))}
+    carried = _archived_statuses(con, directory, m, scan, dirty)
     cursors = _cursors(m)
     ordered = prepare(con, [f for f, _key in keyed.values()], max_line_bytes=max_line_bytes)
     r = _read_files(ordered, {p: k for p, (_f, k) in keyed.items()}, cursors, m, max_line_bytes)
@@ -399,7 +400,7 @@ def _rebuild(
         con,
         "_fst",
         ["session_id", "free", "held"],
-        _lock_free_statuses(keyed.values(), dirty),
+        _lock_free_statuses(keyed.values(), dirty) + carried,
         ["VARCHAR", "VARCHAR", "VARCHAR"],
     )
     for view in VIEWS:
@@ -430,6 +431,37 @@ def _rebuild(
     write_private(directory / "manifest.json", msgspec.json.encode(m))
     _forget_retired(directory, m)
     return CacheInfo(directory, len(dirty), r.files_read, r.read_bytes)
+
+
+def _archived_statuses(
+    con: duckdb.DuckDBPyConnection, directory: Path, m: _Manifest, scan: Scan, dirty: list[str]
+) -> list[tuple[str, str, str]]:
+    """The cached statuses of the sessions that changed only by being archived: every file
+    has the name, size and mtime it had (archived keys carry no inode), so the fold is the
+    same and its statuses are kept rather than fetched back to be folded again."""
+    before: dict[str, list[Key]] = {}
+    for d in m.dirs.values():
+        before.update(d.sessions)
+    now: dict[str, list[Key]] = {}
+    for d in scan.dirs.values():
+        now.update(d.sessions)
+    gens = []
+    for sid in dirty:
+        old, new = before.get(sid), now.get(sid)
+        if sid not in m.sessions or old is None or new is None or len(old) != len(new):
+            continue
+        if any(k[3] == ARCHIVED for k in new) and all(
+            a[:3] == b[:3] for a, b in zip(old, new, strict=True)
+        ):
+            gens.append(m.sessions[sid])
+    if not gens or not m.segments.get("sessions"):
+        return []
+    rows = con.execute(
+        "SELECT session_id, _free, _held FROM "
+        f"read_parquet({_list(directory, m.segments['sessions'])}) "
+        f"WHERE _gen IN ({', '.join(str(g) for g in gens)}) AND _free IS NOT NULL"
+    ).fetchall()
+    return [(str(sid), str(free), str(held)) for sid, free, held in rows]
 
 
 def _lock_free_statuses(
