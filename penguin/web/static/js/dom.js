@@ -87,6 +87,28 @@ export function visible(text) {
 }
 
 /** Set an element's text to an untrusted string (see visible()). */
+/** The width a chart is drawn at: its box's, so one SVG unit is one CSS pixel and its text
+ * keeps its size on a phone (a 900-unit drawing shrunk to 350 px had 4 px text). */
+export function drawWidth(el, fallback = 900) {
+  const width = el ? el.clientWidth : 0;
+  return width ? Math.max(300, Math.round(width)) : fallback;
+}
+
+/** Makes an SVG shape a button for the keyboard and assistive technology: focusable, named,
+ * and activated by Enter or Space as by a click. */
+export function svgButton(el, name, action) {
+  el.setAttribute("tabindex", "0");
+  el.setAttribute("role", "button");
+  el.setAttribute("aria-label", name);
+  el.addEventListener("click", action);
+  el.addEventListener("keydown", (ev) => {
+    if (ev.key !== "Enter" && ev.key !== " ") return;
+    ev.preventDefault();
+    action();
+  });
+  return el;
+}
+
 export function setText(el, text) {
   el.textContent = visible(text);
   return el;

@@ -4,7 +4,7 @@
 // (reader diagnostics), a timeline of request spans and tool calls on a time axis (SVG), and
 // the exact request at a picked record (GET .../context?at=, R-TOOL-1).
 import { api, enc } from "./api.js";
-import { clear, h, s, visible, setText } from "./dom.js";
+import { clear, drawWidth, h, s, svgButton, visible, setText } from "./dom.js";
 import { spanTree } from "./spantree.js";
 
 const LIMIT = 2000;
@@ -61,7 +61,8 @@ export function traceView(root, id) {
           h("button", { class: "load-more", onclick: () => loadMore(more) }, `Load ${Math.min(left, LIMIT)} more`));
         records.append(more);
       }
-      clear(timeline).append(h("h3", null, "Timeline"), drawTimeline(loaded, pick, n));
+      clear(timeline).append(h("h3", null, "Timeline"));
+      timeline.append(drawTimeline(loaded, pick, n, drawWidth(timeline)));
     };
     const loadMore = async (button) => {
       for (const b of button.querySelectorAll("button")) b.disabled = true;
@@ -147,7 +148,7 @@ function contextView(data) {
 
 // ------------------------------------------------------------------ timeline (SVG)
 
-function drawTimeline(recs, pick, file) {
+function drawTimeline(recs, pick, file, width) {
   const t = (r) => Date.parse(r.record.timestamp);
   const spans = [];
   const calls = new Map();
@@ -170,23 +171,26 @@ function drawTimeline(recs, pick, file) {
   if (!all.length) return h("p", { class: "muted" }, "No request spans in this file.");
   const t0 = Math.min(...all.map((x) => x.start));
   const t1 = Math.max(...all.map((x) => x.end), t0 + 1);
-  const width = 900, left = 110, row = 18, lanes = assignLanes(tools);
+  const left = width < 600 ? 80 : 110, row = 18, lanes = assignLanes(tools);
   const laneCount = Math.max(0, ...lanes) + 1;
   const height = 40 + row * (1 + laneCount);
   const x = (ms) => left + ((ms - t0) / (t1 - t0)) * (width - left - 10);
-  const svg = s("svg", { viewBox: `0 0 ${width} ${height}`, class: "timeline-svg", role: "img", "aria-label": "Request spans and tool calls on a time axis" });
+  // A group, not an image: each bar is a button (Enter shows the exact request at its record).
+  const svg = s("svg", { viewBox: `0 0 ${width} ${height}`, class: "timeline-svg", role: "group", "aria-label": "Request spans and tool calls on a time axis" });
   svg.append(s("text", { x: 4, y: 22, class: "lane-label" }, "requests"));
   if (tools.length) svg.append(s("text", { x: 4, y: 22 + row, class: "lane-label" }, "tool calls"));
   for (const sp of spans) {
     const rect = s("rect", { x: x(sp.start), y: 10, width: Math.max(2, x(sp.end) - x(sp.start)), height: row - 4, class: `span ${sp.kind} st-${sp.status}` },
       s("title", null, `${sp.kind} ${file}:${sp.ordinal} ${sp.status} ${sp.end - sp.start} ms`));
-    rect.addEventListener("click", () => pick(`${file}:${sp.ordinal}`));
-    svg.append(rect);
+    svg.append(svgButton(rect, `${sp.kind} at ${file}:${sp.ordinal}, ${sp.status}, ${fmtMs(sp.end - sp.start)}: show the exact request`,
+      () => pick(`${file}:${sp.ordinal}`)));
   }
   tools.forEach((c, i) => {
     const y = 10 + row * (1 + lanes[i]);
-    svg.append(s("rect", { x: x(c.start), y, width: Math.max(2, x(c.end) - x(c.start)), height: row - 4, class: `call st-${c.status || "open"}` },
-      s("title", null, `${c.name} ${file}:${c.ordinal} ${c.end - c.start} ms`)));
+    const rect = s("rect", { x: x(c.start), y, width: Math.max(2, x(c.end) - x(c.start)), height: row - 4, class: `call st-${c.status || "open"}` },
+      s("title", null, `${c.name} ${file}:${c.ordinal} ${c.end - c.start} ms`));
+    svg.append(svgButton(rect, `tool call ${visible(c.name)} at ${file}:${c.ordinal}, ${c.status || "running"}, ${fmtMs(c.end - c.start)}: show the request at its call`,
+      () => pick(`${file}:${c.ordinal}`)));
     svg.append(s("text", { x: x(c.start) + 3, y: y + row - 7, class: "call-label" }, visible(c.name)));
   });
   const axisY = height - 16;

@@ -3,7 +3,7 @@
 // estimated cost over time (per day) and per session and model, from the server's price table
 // (models without a price show tokens only); and the failed requests.
 import { api, enc } from "./api.js";
-import { clear, fmtNum, fmtTime, h, s, visible } from "./dom.js";
+import { clear, drawWidth, fmtNum, fmtTime, h, s, visible } from "./dom.js";
 import { costNode, fmtCost } from "./cost.js";
 
 export function usageView(root) {
@@ -25,12 +25,12 @@ export function usageView(root) {
     h("div", { class: "card" }, h("h3", null, "Failed requests"), errors)));
   for (const group of Object.keys(charts)) {
     api(`/api/usage?group_by=${group}`).then((data) => {
-      clear(charts[group]).append(barChart(data.rows, group));
+      clear(charts[group]).append(barChart(data.rows, group, drawWidth(charts[group])));
       if (tables[group]) clear(tables[group]).append(costTable(data.rows, group));
     }).catch((err) => clear(charts[group]).append(h("p", { class: "error" }, err.message)));
   }
   api("/api/usage?group_by=day").then((data) => {
-    clear(cost).append(costChart(data.rows));
+    clear(cost).append(costChart(data.rows, drawWidth(cost)));
   }).catch((err) => clear(cost).append(h("p", { class: "error" }, err.message)));
   api("/api/usage/errors").then((data) => {
     if (!data.errors.length) { errors.append(h("p", { class: "muted" }, "None.")); return; }
@@ -56,12 +56,12 @@ function costTable(rows, group) {
       h("td", { class: "num" }, costNode(r.cost, r.unpriced_tokens))))));
 }
 
-function costChart(rows) {
+function costChart(rows, width) {
   if (!rows.length) return h("p", { class: "muted" }, "No usage recorded yet.");
   if (!rows.some((r) => r.cost !== null)) {
     return h("p", { class: "muted" }, `No model used so far has a price: ${fmtNum(rows.reduce((a, r) => a + r.total, 0))} tokens, cost unknown. Add the model to the [prices] tables of config.toml.`);
   }
-  const width = 900, left = 70, bottom = 60, top = 10, height = 220;
+  const left = 70, bottom = 60, top = 10, height = 220;
   const max = Math.max(1e-9, ...rows.map((r) => r.cost || 0));
   const bw = Math.min(90, (width - left - 10) / rows.length);
   const y = (v) => top + (height - top - bottom) * (1 - v / max);
@@ -85,9 +85,9 @@ function costChart(rows) {
   return h("div", null, svg, h("p", { class: "total small" }, "Total: ", costNode(total, unpriced)));
 }
 
-function barChart(rows, group) {
+function barChart(rows, group, width) {
   if (!rows.length) return h("p", { class: "muted" }, "No usage recorded yet.");
-  const width = 900, left = 70, bottom = 60, top = 10, height = 260;
+  const left = 70, bottom = 60, top = 10, height = 260;
   const max = Math.max(1, ...rows.map((r) => r.cache_read + r.cache_write + r.output));
   const bw = Math.min(90, (width - left - 10) / rows.length);
   const y = (v) => top + (height - top - bottom) * (1 - v / max);
