@@ -151,3 +151,26 @@ def test_resume_keeps_the_recorded_subagents_unless_told_otherwise(tmp_path: Pat
     assert tools == [["exec_command", "read_file", "write_file", "edit_file", "run_subagent"], None]
     # The restored settings line says so.
     assert "tools exec_command,read_file,write_file,edit_file,run_subagent" in again.output
+
+
+def test_a_recorded_subagents_choice_a_script_cannot_keep_says_how_to_go_without(
+    tmp_path: Path,
+) -> None:
+    home, ws = tmp_path / "home", tmp_path / "ws"
+    home.mkdir()
+    ws.mkdir()
+    plain, own_tools = tmp_path / "plain.json", tmp_path / "tools.json"
+    plain.write_text(json.dumps([[{"text": "hi"}]]))
+    tools = [{"name": "echo", "description": "echo", "parameters": {"type": "object"}}]
+    own_tools.write_text(json.dumps({"responses": [[{"text": "again"}]], "tools": tools}))
+    first = invoke(
+        "--home", home, "run", "-m", "go", "--workspace", ws, "--script", plain, "--subagents"
+    )
+    assert first.exit_code == 0, first.output
+    refused = invoke("--home", home, "resume", "-m", "again", "--script", own_tools)
+    assert refused.exit_code == 2
+    assert "recorded with subagents (--no-subagents goes without)" in refused.output
+    without = invoke(
+        "--home", home, "resume", "-m", "again", "--script", own_tools, "--no-subagents"
+    )
+    assert without.exit_code == 0, without.output

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from penguin.cli.config import Config, load_config, mcp_servers, snapshot_settings
+from penguin.cli.errors import CliError
 from penguin.cli.terminal.safe import safe
 
 if TYPE_CHECKING:
@@ -142,16 +143,23 @@ def prepare(
         project, agent = location.project, location.agent
     host: Subagents | None = None
     if resolved.subagents:  # the flag, else the recorded tools (R-SET-3)
-        host = build_subagents(
-            llm,
-            choice,
-            root=root,
-            workspace=ws,
-            project=project,
-            agent=agent,
-            compaction=resolved.compaction,
-            max_turns=resolved.max_turns,
-        )
+        try:
+            host = build_subagents(
+                llm,
+                choice,
+                root=root,
+                workspace=ws,
+                project=project,
+                agent=agent,
+                compaction=resolved.compaction,
+                max_turns=resolved.max_turns,
+            )
+        except CliError as exc:
+            if subagents is not None:
+                raise
+            # Not asked for here: say where it comes from, and how to go without.
+            hint = "; this session was recorded with subagents (--no-subagents goes without)"
+            raise CliError(exc.message + hint) from None
     if resumed is not None:  # R-SET-3: what the session comes back with, on one line
         err_console().print(Text(safe(settings_line(restored)), style="dim"), soft_wrap=True)
     return Setup(
