@@ -277,3 +277,35 @@ async def test_a_subagents_tool_call_is_approved_under_the_call_that_started_it(
             assert errors == []
         finally:
             await browser.close()
+
+
+@pytest.mark.anyio
+async def test_a_long_subagent_keeps_its_latest_lines_under_its_call(tmp_path: Path) -> None:
+    """Every refresh of a call redraws its subagent's lines: a long child keeps its latest 200
+    there and says how many more its own page has."""
+    require_chromium()
+    from playwright.async_api import async_playwright
+
+    child = [[{"text": f"line {n}"} for n in range(205)]]
+    parent = [[spawn("talk a lot", "p1")], [{"text": "Heard it all."}]]
+    async with (
+        served(tmp_path, llm_factory=scripted(*parent, subagent=child), approval="allow-all") as s,
+        async_playwright() as p,
+    ):
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = await browser.new_page()
+            page.set_default_timeout(20_000)
+            await page.goto(f"{s.base}/#token={TOKEN}")
+            await page.wait_for_selector("table.sessions")
+            sid = await s.new_session(subagents=True)
+            await page.goto(f"{s.base}/#/s/{sid}")
+            await page.fill(".composer textarea", "Delegate")
+            await page.click("button.send")
+            await page.wait_for_selector(".b-assistant >> text=Heard it all.")
+            lines = await nested(page, "p1")
+            assert lines == [f"line {n}" for n in range(5, 205)]
+            head = await page.locator(f"{call('p1')} .nested > .muted").inner_text()
+            assert "5 earlier lines on its own page" in head
+        finally:
+            await browser.close()

@@ -12,6 +12,7 @@ import { h, visible, setText } from "./dom.js";
 import { markdown, streamingMarkdown } from "./markdown.js";
 
 const PAGE = 150;
+const NESTED = 200;  // a subagent's latest lines kept under its call (its own page has them all)
 const ATTACHED = /^\[attached image: (.+)\]$/;
 const STEERING = /^\[user_steering\]\n([\s\S]*?)\n\[\/user_steering\]$/;
 
@@ -293,6 +294,7 @@ export class Transcript {
         entry = { role: p.role || "assistant", type: p.type.slice(8), text: content, streaming: true };
         host.streams.set(key, entry);
         host.children.push(entry);
+        trimNested(host);
         this.refresh(host);
       } else if (content) {
         entry.text += content;
@@ -311,6 +313,7 @@ export class Transcript {
       Object.assign(open, { text, streaming: false });
     } else {
       host.children.push({ role: p.role, type: p.type, text });
+      trimNested(host);
     }
     this.refresh(host);
     return host;
@@ -516,7 +519,8 @@ const RENDER = {
       (b.images || []).map((img) => shot("tool image", imageSrc(t.sessionId, img))),
       b.child || b.children.length ? h("div", { class: "nested", dataset: b.child ? { child: b.child } : {} },
         h("div", { class: "muted small" }, "Subagent ",
-          b.child ? h("a", { href: `#/s/${encodeURIComponent(b.child)}` }, b.child) : null),
+          b.child ? h("a", { href: `#/s/${encodeURIComponent(b.child)}` }, b.child) : null,
+          b.hiddenNested ? ` · ${b.hiddenNested} earlier lines on its own page` : null),
         b.children.map((c) => nestedNode(c, t))) : null);
   },
   folded(b) {
@@ -531,6 +535,21 @@ const RENDER = {
       b.link ? h("a", { href: `#/s/${encodeURIComponent(b.link)}` }, " open") : null);
   },
 };
+
+/** Keeps a call's subagent lines to the latest NESTED (a long child would make every refresh
+ * of its call slower); what is still streaming or waiting for approval stays. */
+function trimNested(host) {
+  let extra = host.children.length - NESTED;
+  if (extra <= 0) return;
+  const kept = [];
+  for (const c of host.children) {
+    if (extra > 0 && !c.streaming && !c.pending) {
+      extra -= 1;
+      host.hiddenNested = (host.hiddenNested || 0) + 1;
+    } else kept.push(c);
+  }
+  host.children = kept;
+}
 
 /** One line under a subagent's call: its text (streaming or not), a tool call or output, or an
  * approval its tool call waits for. */
