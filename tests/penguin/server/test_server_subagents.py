@@ -9,13 +9,16 @@ offers it again.  A subagent's messages reach the session's stream as they happe
 
 from __future__ import annotations
 
+import json
+import signal
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import msgspec
 import pytest
-from serverkit import Reader, is_server, payload_type, scripted, served
+from serverkit import AUTH, Reader, is_server, payload_type, scripted, served, spawn_server
 
 from engine import LLMOutcome, LLMRequest
 from eventstore import (
@@ -315,3 +318,40 @@ async def test_concurrent_subagents_asking_with_the_same_call_id_are_asked_in_tu
         r.payload for r in records(tmp_path, sid) if isinstance(r.payload, ToolCallOutputPayload)
     ]
     assert [o.output for o in outputs] == ["wrote it", "wrote it"]
+
+
+async def test_penguin_serve_hosts_a_scripted_sessions_subagents(tmp_path: Path) -> None:
+    """The command's wiring (its environment offers run_subagent when asked; children answer
+    from the script's ``subagent`` key), as a process."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps(
+            {
+                "responses": [[spawn("look", "p1")], [{"text": "done"}]],
+                "subagent": [[{"text": "child says hi"}]],
+            }
+        )
+    )
+    root = tmp_path / "root"
+    child = await spawn_server(root, script, ws)
+    try:
+        async with httpx.AsyncClient(base_url=child.base, headers=AUTH, timeout=30) as c:
+            r = await c.post("/api/sessions", json={"subagents": True})
+            assert r.status_code == 201, r.text
+            sid = r.json()["id"]
+            r = await c.post(f"/api/sessions/{sid}/tasks", json=TEXT)
+            assert r.status_code == 202, r.text
+            with anyio.fail_after(30):
+                while (await c.get(f"/api/sessions/{sid}")).json()["state"] != "idle":
+                    await anyio.sleep(0.05)
+    finally:
+        child.process.send_signal(signal.SIGTERM)
+        with anyio.fail_after(20):
+            await child.process.wait()
+    outputs = [
+        r.payload for r in records(root, sid) if isinstance(r.payload, ToolCallOutputPayload)
+    ]
+    assert [o.output for o in outputs] == ["child says hi"]
+    assert len(children_of(root, sid)) == 1
