@@ -301,12 +301,17 @@ class Index:
         agent: str | None = None,
         limit: int | None = None,
         top_level: bool = False,
+        archived: bool | None = None,
     ) -> list[IndexedSession]:
         """Every indexed session (of ``project``/``agent``), most recently active first; at
-        most ``limit`` (then only those rows are read); with ``top_level``, no subagent's."""
+        most ``limit`` (then only those rows are read); with ``top_level``, no subagent's;
+        ``archived``: only the archived sessions, or only the others (``None``: both)."""
         clauses, args = _scope(project, agent)
         if top_level:
             clauses = f"{clauses} AND is_child = 0" if clauses else "WHERE is_child = 0"
+        if archived is not None:  # always 0 or 1 (the fold's flag)
+            flag = f"archived = {int(archived)}"
+            clauses = f"{clauses} AND {flag}" if clauses else f"WHERE {flag}"
         cut = "" if limit is None else f" LIMIT {int(limit)}"
         with self._read_lock:
             rows = self._reader.execute(

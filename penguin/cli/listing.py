@@ -107,17 +107,21 @@ def list_sessions(
     agent: str | None = None,
     limit: int | None = None,
     top_level: bool = False,
+    archived: bool | None = None,
 ) -> list[SessionRow]:
     """Sessions by last activity (the time of the last record: a copied or imported file's
     modification time says nothing), newest first, at most ``limit``; with ``top_level``
-    subagent children are left out (``limit`` then counts top-level sessions).  Catches the
+    subagent children are left out (``limit`` then counts top-level sessions); ``archived``:
+    only the archived sessions or only the others (``None``: both).  Catches the
     index up first (only what changed since the last listing is read); with ``limit``, only
     those rows are read from it."""
     from penguin._index import Index
 
     with Index(root) as index:
         index.refresh(project=project, agent=agent)
-        listed = index.listed(project=project, agent=agent, limit=limit, top_level=top_level)
+        listed = index.listed(
+            project=project, agent=agent, limit=limit, top_level=top_level, archived=archived
+        )
     return [_row(s) for s in listed]
 
 

@@ -148,22 +148,35 @@ def match_session_id(root: DataRoot, arg: str, g: Globals) -> str | None:
 
 
 def latest_session_id(g: Globals) -> str:
-    """The most recently active top-level session of the project/agent (issue 15 item 7)."""
+    """The most recently active top-level session of the project/agent that is not archived
+    (issue 15 item 7)."""
     return resolve_session_id(g, None)
 
 
 def resolve_session_id(g: Globals, arg: str | None) -> str:
     """``arg`` as given when it names a session; else a unique prefix or short id of one; for
-    None, the most recently active top-level session of the project/agent (issue 15 item 7)."""
+    None, the most recently active top-level session of the project/agent that is not archived
+    (issue 15 item 7)."""
     from eventstore import DEFAULT_AGENT, DEFAULT_PROJECT, validate_id
 
     from .listing import list_sessions  # the listing builds on this module
 
     root = g.existing_root()
     if arg is None:
+        # The session at the top of `penguin sessions`: an archived one is hidden there, so
+        # it is not "the latest" either (name it to reach it).
         project, agent = g.project or DEFAULT_PROJECT, g.agent or DEFAULT_AGENT
-        rows = list_sessions(root, project=project, agent=agent, limit=1, top_level=True)
+        rows = list_sessions(
+            root, project=project, agent=agent, limit=1, top_level=True, archived=False
+        )
         if not rows:
+            if list_sessions(
+                root, project=project, agent=agent, limit=1, top_level=True, archived=True
+            ):
+                raise CliError(
+                    f"every session of {project}/{agent} is archived: name one "
+                    "(penguin sessions --archived lists them)"
+                )
             raise CliError(f"no sessions yet for {project}/{agent} under {safe(str(root.home))}")
         return rows[0].session_id
     validate_id(arg, what="session id")

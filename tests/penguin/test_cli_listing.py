@@ -422,3 +422,22 @@ def test_a_short_id_opens_only_the_trace_it_names(
     assert {name.rsplit("_", 1)[0] for name in opened} == {sids[2]}
     result = invoke("--home", home, "show", "00000001", "--json")
     assert json.loads(result.stdout)["session_id"] == sids[0]
+
+
+def test_the_latest_session_is_never_an_archived_one(tmp_path: Path) -> None:
+    """Without SESSION, commands take the session at the top of ``penguin sessions``: an
+    archived session is hidden there, so it is not the latest either; named, it is reached."""
+    home = tmp_path / "home"
+    now = time.time()
+    older = make_session(home, 1, active=now - 600, prompt="older")
+    newest = make_session(home, 2, active=now - 60, prompt="newest")
+    assert newest in invoke("--home", home, "resume").stdout
+    assert invoke("--home", home, "sessions", "--archive", newest).exit_code == 0
+    shown = invoke("--home", home, "resume")
+    assert shown.exit_code == 0 and older in shown.stdout and newest not in shown.stdout
+    assert invoke("--home", home, "sessions", "--archive", older).exit_code == 0
+    none = invoke("--home", home, "resume")
+    assert none.exit_code == 2
+    assert "every session of default_project/default_agent is archived" in none.stderr
+    assert "--archived" in none.stderr
+    assert newest in invoke("--home", home, "resume", newest[-8:]).stdout
