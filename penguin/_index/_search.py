@@ -58,6 +58,7 @@ class Hit:
     matches: int
     snippet: tuple[Segment, ...]
     latest: str | None = None  # the session's latest trace file (its lock says "running")
+    archived: bool = False  # hidden from listings by a session_archived mark (still searched)
 
     @property
     def at(self) -> str:
@@ -77,6 +78,7 @@ class Hit:
             "time": self.time,
             "matches": self.matches,
             "snippet": [{"text": s.text, "match": s.match} for s in self.snippet],
+            "archived": self.archived,
         }
 
 
@@ -108,7 +110,7 @@ def search(
     # match: a common word matches most messages).
     sql = (
         "SELECT s.id, s.project, s.agent, s.title, s.workspace, s.active, s.status, s.open, "
-        "s.latest, g.n, g.r, g.rid, g.file, g.ordinal, g.kind, g.time FROM "
+        "s.latest, s.archived, g.n, g.r, g.rid, g.file, g.ordinal, g.kind, g.time FROM "
         "(SELECT d.skey AS skey, COUNT(*) AS n, MIN(fts.rank) AS r, fts.rowid AS rid, "
         "d.file AS file, d.ordinal AS ordinal, d.kind AS kind, d.time AS time "
         "FROM fts JOIN docs d ON d.rowid = fts.rowid WHERE fts MATCH ? GROUP BY d.skey) g "
@@ -129,6 +131,7 @@ def search(
             status,
             is_open,
             latest,
+            archived,
             n,
             _r,
             rid,
@@ -158,6 +161,7 @@ def search(
                     matches=n,
                     snippet=segments(text or ""),
                     latest=latest,
+                    archived=bool(archived),
                 )
             )
     except sqlite3.OperationalError as exc:

@@ -234,6 +234,7 @@ class SearchHit(msgspec.Struct, frozen=True):
     time: str
     matches: int
     snippet: list[SearchSegment]
+    archived: bool  # hidden from the sessions list (a session_archived mark), still searched
 
 
 class SearchAnswer(msgspec.Struct, frozen=True):

@@ -80,6 +80,8 @@ def _render(console: Console, hits: list[Hit]) -> None:
     lines: list[str] = []
     for hit in hits:
         head = f"{short_id(hit.session_id)}  {relative_time(hit.active, now):<14}{hit.status:<12} "
+        if hit.archived:  # hidden from `penguin sessions`, so say why it is not listed there
+            head += "[archived] "
         title = preview(hit.title or "(no prompt)", max(10, width - len(head)))
         where = f"  {hit.at:<8} {safe(hit.kind)}: "
         parts = _snippet_text(hit, max(20, width - len(where)))

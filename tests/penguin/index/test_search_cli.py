@@ -138,3 +138,24 @@ def test_sessions_and_search_share_the_one_index(tmp_path: Path) -> None:
     assert invoke("--home", home, "sessions").exit_code == 0
     assert (home / "index.sqlite3").is_file()
     assert not (home / ".cache" / "sessions-v2.json").exists()
+
+
+def test_an_archived_session_is_still_found_and_says_it_is_archived(tmp_path: Path) -> None:
+    """Archiving (a ``session_archived`` mark) hides a session from the listing, not from a
+    search: its hit says ``archived`` (JSON) / ``[archived]`` (the listing), so a hit missing
+    from ``penguin sessions`` is explained."""
+    home = tmp_path / "home"
+    now = time.time()
+    for n in (1, 2):
+        sid = sid_of(n)
+        records = stamped(sid, now - 60 * n, b.user_text(f"egret number {n}"), *turn("ok"))
+        write_records(trace_file(home, sid=sid), records)
+    assert invoke("--home", home, "sessions", "--archive", sid_of(2)).exit_code == 0
+    rows = json.loads(invoke("--home", home, "search", "egret", "--json").stdout)
+    assert [(r["session_id"], r["archived"]) for r in rows] == [
+        (sid_of(1), False),
+        (sid_of(2), True),
+    ]
+    lines = invoke("--home", home, "search", "egret").stdout.splitlines()
+    (archived,) = [line for line in lines if "[archived]" in line]
+    assert sid_of(2)[-8:] in archived and sid_of(1)[-8:] not in archived

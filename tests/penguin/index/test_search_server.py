@@ -28,10 +28,16 @@ async def test_search_route_shape_and_errors(tmp_path: Path) -> None:
         (hit,) = body["hits"]
         assert hit["session_id"] == sid and hit["matches"] == 2
         assert {"text": "cormorant", "match": True} in hit["snippet"]
+        assert hit["archived"] is False
         file, ordinal = hit["at"].split(":")
         ctx = await s.client.get(f"/api/sessions/{sid}/context", params={"at": hit["at"]})
         assert ctx.status_code == 200 and int(file) == 1 and int(ordinal) >= 1
         assert (await s.client.get("/api/search", params={"q": "pelican"})).json()["hits"] == []
+        # Archived: gone from the list, still found, and the hit says so.
+        archive = await s.post(f"/api/sessions/{sid}/archive", {"archived": True})
+        assert archive.status_code == 200, archive.text
+        (hit,) = (await s.client.get("/api/search", params={"q": "cormorant"})).json()["hits"]
+        assert hit["session_id"] == sid and hit["archived"] is True
         for bad in ({"q": "AND ("}, {"q": ""}, {"q": "x", "limit": "0"}, {"q": "x", "since": "?"}):
             r = await s.client.get("/api/search", params=bad)
             assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_query", bad

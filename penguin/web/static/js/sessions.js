@@ -256,7 +256,7 @@ function fullTextSearch(box) {
           (hit.snippet || []).map((seg) => (seg.match ? h("mark", null, seg.text) : seg.text)));
         return h("li", { dataset: { id: sid } },
           h("a", { href: `#/s/${enc(sid)}` }, hit.title || sid),
-          " ", h("span", { class: "muted small" }, `${hit.kind.replace("_", " ")} · ${hit.matches} match${hit.matches === 1 ? "" : "es"} · ${ago(hit.time || hit.active)}`),
+          " ", h("span", { class: "muted small" }, `${hit.kind.replace("_", " ")} · ${hit.matches} match${hit.matches === 1 ? "" : "es"} · ${ago(hit.time || hit.active)}${hit.archived ? " · archived" : ""}`),
           hit.at ? h("a", { class: "small at", href: `#/s/${enc(sid)}/trace`, title: `record ${hit.at}` }, ` ${hit.at}`) : null,
           snippet);
       })));
